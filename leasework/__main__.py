@@ -1,0 +1,5 @@
+import sys
+
+from leasework.cli import main
+
+sys.exit(main())

@@ -1,0 +1,123 @@
+"""A small client of the leasework HTTP API: :class:`Client` (blocking) and
+:class:`AsyncClient` (Trio or asyncio, through httpx)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
+
+
+class ApiError(Exception):
+    """The API answered with a problem document; ``problem`` holds it."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        detail = problem.get("detail") or problem.get("title") or "error"
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.problem = problem
+
+
+def submit_body(
+    job_type: str,
+    payload: Any = None,
+    *,
+    run_at: str | None = None,
+    delay_seconds: float | None = None,
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    ordering_key: str | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": job_type, "payload": {} if payload is None else payload}
+    optional = {
+        "run_at": run_at,
+        "delay_seconds": delay_seconds,
+        "max_attempts": max_attempts,
+        "timeout_seconds": timeout_seconds,
+        "ordering_key": ordering_key,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+def _result(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code >= 400:
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = {"detail": response.text[:500]}
+        raise ApiError(response.status_code, problem)
+    return response.json()
+
+
+def _headers(idempotency_key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+
+
+class Client:
+    def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 10.0) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.http.close()
+
+    def submit(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        body = submit_body(job_type, payload, **options)
+        return _result(self.http.post("/jobs", json=body, headers=_headers(idempotency_key)))
+
+    def get(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        return _result(self.http.get(f"/jobs/{job_id}"))
+
+    def list(self, **params: Any) -> dict[str, Any]:
+        params = {k: v for k, v in params.items() if v is not None}
+        return _result(self.http.get("/jobs", params=params))
+
+    def cancel(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        return _result(self.http.post(f"/jobs/{job_id}/cancel"))
+
+
+class AsyncClient:
+    def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 10.0) -> None:
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    async def submit(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        body = submit_body(job_type, payload, **options)
+        response = await self.http.post("/jobs", json=body, headers=_headers(idempotency_key))
+        return _result(response)
+
+    async def get(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        return _result(await self.http.get(f"/jobs/{job_id}"))
+
+    async def list(self, **params: Any) -> dict[str, Any]:
+        params = {k: v for k, v in params.items() if v is not None}
+        return _result(await self.http.get("/jobs", params=params))
+
+    async def cancel(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        return _result(await self.http.post(f"/jobs/{job_id}/cancel"))

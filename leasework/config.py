@@ -1,0 +1,164 @@
+"""Process configuration from ``LEASEWORK_*`` environment variables.
+
+Every variable is parsed and validated once, at start-up; an invalid value stops the
+process with a message that names the variable, what it holds and what it should hold.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+DEFAULT_OPS_ADDR = {
+    "api": "127.0.0.1:8080",
+    "worker": "127.0.0.1:9101",
+    "relay": "127.0.0.1:9102",
+    "migrate": "",
+}
+
+
+class ConfigError(ValueError):
+    """A LEASEWORK_* variable holds a value the process cannot use."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(name: str, raw: str) -> float:
+    """Parse ``20s``, ``500ms``, ``1.5m`` or a bare number of seconds into seconds."""
+    match = _DURATION.match(raw)
+    if not match:
+        raise ConfigError(
+            f"{name}={raw!r} is not a duration; use a number of seconds or a value like "
+            "'500ms', '20s', '2m'"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_addr(name: str, raw: str) -> tuple[str, int]:
+    """Parse ``host:port`` (host may be empty, meaning all interfaces)."""
+    host, sep, port = raw.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{name}={raw!r} is not host:port (for example 127.0.0.1:9101)")
+    return (host or "0.0.0.0"), int(port)
+
+
+def parse_int(name: str, raw: str, minimum: int, maximum: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name}={value} is out of range; use {minimum}..{maximum}")
+    return value
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+@dataclass(frozen=True)
+class Settings:
+    role: str
+    process_name: str
+    log_level: str = "info"
+    ops_addr: tuple[str, int] | None = None
+    postgres_dsn: str = "postgresql://leasework:leasework@127.0.0.1:15432/leasework"
+    redis_addr: tuple[str, int] = ("127.0.0.1", 16379)
+    kafka_brokers: tuple[str, ...] = ("127.0.0.1:19092", "127.0.0.1:29092", "127.0.0.1:39092")
+    shutdown_timeout: float = 20.0
+    # worker
+    worker_concurrency: int = 8
+    lease_ttl: float = 10.0
+    consumer_group: str = "leasework-workers"
+    # relay
+    relay_batch_size: int = 200
+    relay_tick: float = 0.5
+    # retries
+    retry_base: float = 1.0
+    retry_cap: float = 300.0
+    default_max_attempts: int = 5
+    default_timeout_seconds: int = 300
+    # api
+    max_body_bytes: int = 1_048_576
+    topic_ready: str = "jobs.ready"
+    topic_dlq: str = "jobs.dlq"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the settings of ``role`` from ``environ`` (default: the process environment)."""
+    env = os.environ if environ is None else environ
+
+    def get(suffix: str) -> str | None:
+        value = env.get(f"LEASEWORK_{suffix}")
+        return value if value is None else value.strip()
+
+    values: dict[str, object] = {"role": role}
+    values["process_name"] = get("PROCESS_NAME") or role
+
+    level = (get("LOG_LEVEL") or "info").lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"LEASEWORK_LOG_LEVEL={level!r} is not one of {', '.join(LOG_LEVELS)}")
+    values["log_level"] = level
+
+    ops = get("OPS_ADDR")
+    if ops is None:
+        ops = DEFAULT_OPS_ADDR.get(role, "")
+    values["ops_addr"] = parse_addr("LEASEWORK_OPS_ADDR", ops) if ops else None
+
+    if (dsn := get("POSTGRES_DSN")) is not None:
+        if not dsn.startswith(("postgresql://", "postgres://")) and "=" not in dsn:
+            raise ConfigError(
+                f"LEASEWORK_POSTGRES_DSN={dsn!r} is neither a postgresql:// URL nor a "
+                "key=value connection string"
+            )
+        values["postgres_dsn"] = dsn
+    if (redis_addr := get("REDIS_ADDR")) is not None:
+        values["redis_addr"] = parse_addr("LEASEWORK_REDIS_ADDR", redis_addr)
+    if (brokers := get("KAFKA_BROKERS")) is not None:
+        listed = tuple(b.strip() for b in brokers.split(",") if b.strip())
+        if not listed:
+            raise ConfigError("LEASEWORK_KAFKA_BROKERS is empty; list host:port,host:port")
+        for broker in listed:
+            parse_addr("LEASEWORK_KAFKA_BROKERS", broker)
+        values["kafka_brokers"] = listed
+
+    durations = {
+        "SHUTDOWN_TIMEOUT": "shutdown_timeout",
+        "LEASE_TTL": "lease_ttl",
+        "RELAY_TICK": "relay_tick",
+        "RETRY_BASE": "retry_base",
+        "RETRY_CAP": "retry_cap",
+    }
+    for suffix, attr in durations.items():
+        if (raw := get(suffix)) is not None:
+            seconds = parse_duration(f"LEASEWORK_{suffix}", raw)
+            if seconds <= 0:
+                raise ConfigError(f"LEASEWORK_{suffix}={raw!r} must be greater than zero")
+            values[attr] = seconds
+
+    integers = {
+        "WORKER_CONCURRENCY": ("worker_concurrency", 1, 1024),
+        "RELAY_BATCH_SIZE": ("relay_batch_size", 1, 10_000),
+        "DEFAULT_MAX_ATTEMPTS": ("default_max_attempts", 1, 100),
+        "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, 86_400),
+        "MAX_BODY_BYTES": ("max_body_bytes", 1024, 64 * 1_048_576),
+    }
+    for suffix, (attr, low, high) in integers.items():
+        if (raw := get(suffix)) is not None:
+            values[attr] = parse_int(f"LEASEWORK_{suffix}", raw, low, high)
+
+    if (group := get("CONSUMER_GROUP")) is not None:
+        values["consumer_group"] = group
+    return Settings(**values)  # type: ignore[arg-type]

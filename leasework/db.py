@@ -1,0 +1,70 @@
+"""Postgres access for Trio code: psycopg's synchronous pool, driven from worker threads.
+
+psycopg's async API is asyncio-only, so every database call runs in a thread under a
+:class:`trio.CapacityLimiter` no larger than the pool. Callers pass a plain function of a
+connection (the store's functions); it runs in one transaction, committed when it returns
+and rolled back when it raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import psycopg
+import trio
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# libpq options that bound every wait on a dead or silent server
+CONNECT_KWARGS = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+    "options": "-c statement_timeout=15000 -c idle_in_transaction_session_timeout=60000",
+    "row_factory": dict_row,
+}
+
+
+class Database:
+    def __init__(self, dsn: str, *, max_size: int = 8, name: str = "leasework") -> None:
+        self.dsn = dsn
+        self.pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            kwargs=dict(CONNECT_KWARGS),
+            timeout=10.0,
+            reconnect_timeout=0,  # keep trying for ever; /readyz reports the outage
+            check=ConnectionPool.check_connection,
+            name=name,
+        )
+        self.limiter = trio.CapacityLimiter(max_size)
+
+    async def open(self) -> None:
+        await trio.to_thread.run_sync(lambda: self.pool.open(wait=False))
+
+    async def close(self) -> None:
+        await trio.to_thread.run_sync(lambda: self.pool.close(timeout=5.0))
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(conn, *args)`` in one transaction on a pooled connection, in a thread."""
+
+        def call() -> T:
+            with self.pool.connection() as conn:
+                return fn(conn, *args)
+
+        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+
+    def connect(self, **overrides: object) -> psycopg.Connection:
+        """A dedicated connection outside the pool (LISTEN, probes); blocking: call in a thread."""
+        kwargs = dict(CONNECT_KWARGS)
+        kwargs.update(overrides)
+        return psycopg.connect(self.dsn, **kwargs)

@@ -1,0 +1,78 @@
+"""Readiness: each dependency a process needs is probed in the background; ``/readyz`` reads
+the latest results, so a request never waits on a dead server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from leasework import metrics
+
+log = logging.getLogger("leasework.health")
+
+Probe = Callable[[], Awaitable[None]]  # returns when healthy, raises when not
+
+
+@dataclass
+class Health:
+    interval: float = 1.0
+    timeout: float = 3.0
+    probes: dict[str, Probe] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    checked: set[str] = field(default_factory=set)
+    # a process may declare itself not ready (draining, or a loop that cannot make progress)
+    conditions: dict[str, str] = field(default_factory=dict)
+
+    def add(self, name: str, probe: Probe) -> None:
+        self.probes[name] = probe
+
+    def ready(self) -> tuple[bool, dict[str, str]]:
+        pending = {n: "not checked yet" for n in self.probes if n not in self.checked}
+        problems = {**pending, **self.problems, **self.conditions}
+        return not problems, problems
+
+    async def check_once(self) -> None:
+        async def one(name: str, probe: Probe) -> None:
+            error: str | None = None
+            with trio.move_on_after(self.timeout) as scope:
+                try:
+                    await probe()
+                except Exception as exc:  # any failure of a probe means "not ready"
+                    error = f"{type(exc).__name__}: {exc}".strip()[:300]
+            if scope.cancelled_caught:
+                error = f"no answer within {self.timeout:g}s"
+            was = self.problems.get(name)
+            if error is None:
+                self.problems.pop(name, None)
+                if was is not None:
+                    log.info("dependency reachable again", extra={"dependency": name})
+            else:
+                self.problems[name] = error
+                if was is None:
+                    log.warning(
+                        "dependency unreachable", extra={"dependency": name, "error": error}
+                    )
+            self.checked.add(name)
+            metrics.dependency_up.labels(name).set(0 if error else 1)
+
+        async with trio.open_nursery() as nursery:
+            for name, probe in self.probes.items():
+                nursery.start_soon(one, name, probe)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await self.check_once()
+        task_status.started()
+        while True:
+            await trio.sleep(self.interval)
+            await self.check_once()
+
+
+async def measure_event_loop_lag(period: float = 0.1) -> None:
+    """Observe how late a short sleep wakes: a blocked event loop shows up here."""
+    while True:
+        before = trio.current_time()
+        await trio.sleep(period)
+        metrics.event_loop_lag.observe(max(0.0, trio.current_time() - before - period))

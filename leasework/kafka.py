@@ -1,0 +1,100 @@
+"""confluent-kafka, kept off the Trio event loop.
+
+librdkafka calls block, so every call runs in a worker thread; each client has its own
+limiter of one, which also serialises calls that librdkafka does not want interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+
+def producer_config(brokers: Sequence[str], client_id: str) -> dict:
+    return {
+        "bootstrap.servers": ",".join(brokers),
+        "client.id": client_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        # a batch that cannot be acknowledged in this long is reported failed and retried
+        # by the relay from the outbox, which still holds it
+        "message.timeout.ms": 15_000,
+        "socket.connection.setup.timeout.ms": 5_000,
+        "reconnect.backoff.max.ms": 2_000,
+    }
+
+
+@dataclass(frozen=True)
+class Delivery:
+    ok: bool
+    error: str | None = None
+
+
+class BlockingPublisher:
+    """Publish a batch and wait for every delivery report. Blocking: call from a thread."""
+
+    def __init__(self, brokers: Sequence[str], client_id: str) -> None:
+        self.producer = Producer(producer_config(brokers, client_id))
+
+    def publish(
+        self, messages: Sequence[tuple[str, str, object, dict]], timeout: float
+    ) -> list[Delivery]:
+        results: list[Delivery | None] = [None] * len(messages)
+
+        def report(index: int):
+            def on_delivery(err: KafkaError | None, _msg) -> None:
+                results[index] = Delivery(err is None, None if err is None else str(err))
+
+            return on_delivery
+
+        for index, (topic, key, value, headers) in enumerate(messages):
+            payload = value if isinstance(value, bytes) else json.dumps(value).encode()
+            while True:
+                try:
+                    self.producer.produce(
+                        topic,
+                        key=key.encode(),
+                        value=payload,
+                        headers=[(k, str(v).encode()) for k, v in headers.items()],
+                        on_delivery=report(index),
+                    )
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            # not acknowledged in time: counted as failed here; the outbox keeps the rows
+            for index, result in enumerate(results):
+                if result is None:
+                    results[index] = Delivery(False, "no delivery report within timeout")
+        return [r if r is not None else Delivery(False, "no report") for r in results]
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.producer.flush(timeout)
+
+
+def cluster_probe(admin: AdminClient, topics: Sequence[str], timeout: float = 3.0) -> str | None:
+    """None if a broker answers and every topic exists with leaders; else what is wrong."""
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        return f"kafka unreachable: {exc.args[0] if exc.args else exc}"
+    if not metadata.brokers:
+        return "kafka: no broker in metadata"
+    for topic in topics:
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            return f"kafka: topic {topic} missing ({found.error if found else 'absent'})"
+        if any(p.leader < 0 for p in found.partitions.values()):
+            return f"kafka: topic {topic} has partitions without a leader"
+    return None
+
+
+async def run_blocking(limiter: trio.CapacityLimiter, fn, *args):
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)

@@ -1,0 +1,134 @@
+"""What every leasework process shares: JSON logs, the ops endpoints (``/healthz``,
+``/readyz``, ``/metrics``), signal handling and a bounded graceful drain.
+
+A role is an async function ``body(stopping)`` that runs until ``stopping`` is set (SIGTERM or
+SIGINT), then finishes or hands back its work and returns. The drain is a cancel-scope
+deadline: ``LEASEWORK_SHUTDOWN_TIMEOUT`` after the signal, whatever is still running is
+cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from quart import Response
+from quart_trio import QuartTrio
+
+from leasework.config import Settings
+from leasework.health import Health, measure_event_loop_lag
+
+log = logging.getLogger("leasework.service")
+
+
+def add_ops_routes(app: QuartTrio, health: Health, process_name: str) -> None:
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "alive", "process": process_name}
+
+    @app.get("/readyz")
+    async def readyz():
+        ok, problems = health.ready()
+        body = {"status": "ready" if ok else "not ready", "process": process_name}
+        if problems:
+            body["unavailable"] = problems
+        return body, (200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics_endpoint():
+        return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+
+def ops_app(health: Health, process_name: str) -> QuartTrio:
+    app = QuartTrio(f"leasework-{process_name}")
+    add_ops_routes(app, health, process_name)
+    return app
+
+
+def hypercorn_config(addr: tuple[str, int], graceful: float) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [f"{addr[0]}:{addr[1]}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = graceful
+    config.keep_alive_timeout = 75
+    return config
+
+
+class Stopping:
+    """Set once, when the process was asked to stop; roles poll it or wait on it."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+async def run_service(
+    settings: Settings,
+    health: Health,
+    body: Callable[[Stopping], Awaitable[None]],
+    app: QuartTrio | None = None,
+) -> None:
+    """Serve ops endpoints, run ``body`` and drain on SIGTERM within the shutdown timeout."""
+    if app is None:
+        app = ops_app(health, settings.process_name)
+    stopping = Stopping()
+    http_stopped = trio.Event()
+    http_done = trio.Event()
+
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if stopping.is_set():
+                        log.warning("second signal: stopping now", extra={"signal": name})
+                        nursery.cancel_scope.cancel()
+                        return
+                    log.info(
+                        "draining",
+                        extra={"signal": name, "timeout_seconds": settings.shutdown_timeout},
+                    )
+                    health.conditions["shutdown"] = f"draining after {name}"
+                    stopping.set(name)
+                    nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_timeout
+
+        nursery.start_soon(watch_signals)
+        nursery.start_soon(measure_event_loop_lag)
+        await nursery.start(health.run)
+        if settings.ops_addr is not None:
+            config = hypercorn_config(settings.ops_addr, graceful=settings.shutdown_timeout)
+
+            async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                try:
+                    await hypercorn_serve(
+                        app, config, shutdown_trigger=http_stopped.wait, task_status=task_status
+                    )
+                finally:
+                    http_done.set()
+
+            await nursery.start(serve_http)
+            log.info("serving", extra={"addr": config.bind[0], "role": settings.role})
+        await body(stopping)
+        log.info("drained", extra={"reason": stopping.reason or "finished"})
+        http_stopped.set()
+        if settings.ops_addr is not None:
+            await http_done.wait()  # in-flight requests finish, bounded by the deadline
+        nursery.cancel_scope.cancel()

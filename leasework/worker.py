@@ -1,0 +1,412 @@
+"""The worker process: a Kafka consumer and a bounded set of concurrent job tasks.
+
+Per message: stamp the job ``running`` under a new fence (only a ``queued`` job can be
+stamped, so a redelivery of a finished or running job is skipped), run the handler in a
+cancel scope whose deadline is the lease's lower bound of validity, renew the lease from a
+heartbeat task, write the outcome and the handler's effects in one fenced transaction, and
+only then mark the offset finished. Offsets are committed for the contiguous finished prefix
+of each partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+
+import psycopg
+import trio
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from leasework import handlers, metrics, store
+from leasework.backoff import retry_delay
+from leasework.config import Settings
+from leasework.db import Database
+from leasework.offsets import OffsetTracker
+from leasework.service import Stopping
+from leasework.states import Status
+
+log = logging.getLogger("leasework.worker")
+
+LEASE_MARGIN_FRACTION = 0.2  # the handler's deadline is claim + TTL * (1 - margin)
+
+
+def lease_deadline(renewed_at: float, ttl: float) -> float:
+    """The worker's own lower bound of when its lease is still valid (monotonic clock)."""
+    return renewed_at + ttl * (1 - LEASE_MARGIN_FRACTION)
+
+
+class FenceRejected(Exception):
+    """The fenced terminal write matched no row: a newer claim holds the job."""
+
+
+def consumer_config(settings: Settings) -> dict:
+    return {
+        "bootstrap.servers": ",".join(settings.kafka_brokers),
+        "group.id": settings.consumer_group,
+        "client.id": settings.process_name,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 2_000,
+        "max.poll.interval.ms": 300_000,
+        "socket.connection.setup.timeout.ms": 5_000,
+        "reconnect.backoff.max.ms": 2_000,
+    }
+
+
+@dataclass
+class RunningJob:
+    job_id: uuid.UUID
+    fence: int
+    scope: trio.CancelScope
+    reason: str | None = None  # why the handler scope was cancelled
+
+
+class Worker:
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self.name = settings.process_name
+        self.tracker = OffsetTracker()
+        self.capacity = trio.Semaphore(settings.worker_concurrency)
+        self.consumer: Consumer | None = None
+        self.poll_limiter = trio.CapacityLimiter(1)
+        self.commit_limiter = trio.CapacityLimiter(1)
+        self.running: dict[uuid.UUID, RunningJob] = {}
+        self.commit_wanted = trio.Event()
+        self.active = 0  # message tasks started and not yet finished
+        self.idle = trio.Event()  # set while active == 0
+        self.idle.set()
+
+    # ------------------------------------------------------------ consumer and offsets
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # runs inside poll(), in the poll thread: commit what is finished, then let go
+        ready = trio.from_thread.run_sync(self.tracker.committable)
+        revoked = {p.partition for p in partitions}
+        topic = self.settings.topic_ready
+        offsets = [TopicPartition(topic, p, o) for p, o in ready.items() if p in revoked]
+        if offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                log.warning("commit on revoke failed", extra={"error": str(exc)})
+        for partition in revoked:
+            trio.from_thread.run_sync(self.tracker.forget, partition)
+        log.info("partitions revoked", extra={"partitions": sorted(revoked)})
+
+    async def commit_ready(self) -> None:
+        ready = self.tracker.committable()
+        if not ready or self.consumer is None:
+            return
+        offsets = [TopicPartition(self.settings.topic_ready, p, o) for p, o in ready.items()]
+        consumer = self.consumer
+
+        def commit() -> str | None:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+                return None
+            except KafkaException as exc:
+                return str(exc)
+
+        error = await trio.to_thread.run_sync(commit, limiter=self.commit_limiter)
+        if error is None:
+            for partition, offset in ready.items():
+                self.tracker.committed(partition, offset)
+        else:
+            log.warning("offset commit failed; will retry", extra={"error": error})
+
+    async def commit_loop(self) -> None:
+        while True:
+            with trio.move_on_after(1.0):
+                await self.commit_wanted.wait()
+            self.commit_wanted = trio.Event()
+            await self.commit_ready()
+
+    async def lag_loop(self) -> None:
+        """Export messages behind the high watermark for each assigned partition."""
+
+        def measure(consumer: Consumer) -> dict[int, int]:
+            lags: dict[int, int] = {}
+            assigned = consumer.assignment()
+            if not assigned:
+                return lags
+            committed = consumer.committed(assigned, timeout=5)
+            for tp in committed:
+                _low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+                position = tp.offset if tp.offset >= 0 else 0
+                lags[tp.partition] = max(0, high - position)
+            return lags
+
+        known: set[int] = set()
+        while True:
+            await trio.sleep(5.0)
+            if self.consumer is None:
+                continue
+            try:
+                lags = await trio.to_thread.run_sync(
+                    measure, self.consumer, limiter=self.commit_limiter
+                )
+            except KafkaException:
+                continue
+            for partition in known - lags.keys():
+                metrics.consumer_lag.remove(str(partition))
+            for partition, lag in lags.items():
+                metrics.consumer_lag.labels(str(partition)).set(lag)
+            known = set(lags)
+
+    # ------------------------------------------------------------ one job
+
+    async def handle_message(self, partition: int, offset: int, value: bytes | None) -> None:
+        try:
+            try:
+                job_id = uuid.UUID(json.loads(value or b"")["job_id"])
+            except (ValueError, KeyError, TypeError):
+                log.error(
+                    "undecodable message skipped",
+                    extra={"partition": partition, "offset": offset, "value": repr(value)[:200]},
+                )
+                metrics.redeliveries_skipped.labels("undecodable").inc()
+                return
+            await self.process(job_id)
+        finally:
+            self.tracker.finish(partition, offset)
+            self.commit_wanted.set()
+
+    async def process(self, job_id: uuid.UUID) -> None:
+        claimed_at = trio.current_time()  # before the stamp: a lower bound of lease validity
+        job = await self.db.run(
+            lambda conn: store.job_start(
+                conn, job_id, worker=self.name, fence=None, ttl=self.settings.lease_ttl
+            )
+        )
+        if job is None:
+            current = await self.db.run(store.job_get, job_id)
+            reason = "missing" if current is None else current["status"]
+            metrics.redeliveries_skipped.labels(reason).inc()
+            log.debug("message skipped", extra={"job_id": str(job_id), "status": reason})
+            return
+        fence = job["fence"]
+        metrics.scheduling_delay.observe(
+            max(0.0, (job["started_at"] - job["run_at"]).total_seconds())
+        )
+        registered = handlers.lookup(job["type"])
+        if registered is None:
+            known = ", ".join(sorted(handlers.REGISTRY))
+            error = f"unknown job type {job['type']!r}; registered types: {known}"
+            await self.finish(job, store.Outcome(Status.DEAD, error), [])
+            return
+        try:
+            registered.validate(job["payload"])
+        except handlers.PoisonPayload as exc:
+            await self.finish(job, store.Outcome(Status.DEAD, f"undecodable payload: {exc}"), [])
+            return
+
+        ctx = handlers.JobContext(
+            job_id=job_id,
+            type=job["type"],
+            payload=job["payload"],
+            attempt=job["attempt"],
+            max_attempts=job["max_attempts"],
+            fence=fence,
+            worker=self.name,
+        )
+        ttl = self.settings.lease_ttl
+        lease_scope = trio.CancelScope(deadline=lease_deadline(claimed_at, ttl))
+        running = RunningJob(job_id, fence, lease_scope)
+        self.running[job_id] = running
+        metrics.jobs_in_flight.inc()
+        started = trio.current_time()
+        error: str | None = None
+        timed_out = False
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.heartbeat, running)
+                with lease_scope:
+                    with trio.move_on_after(job["timeout_seconds"]) as timeout_scope:
+                        try:
+                            await registered.handler(ctx)
+                        except handlers.PoisonPayload as exc:
+                            error = f"poison: {exc}"
+                        except Exception as exc:  # a handler's failure is the job's outcome
+                            error = f"{type(exc).__name__}: {exc}"[:2000]
+                    timed_out = timeout_scope.cancelled_caught
+                nursery.cancel_scope.cancel()
+        finally:
+            metrics.jobs_in_flight.dec()
+            self.running.pop(job_id, None)
+        metrics.execution_seconds.labels(handlers.metric_type(job["type"])).observe(
+            trio.current_time() - started
+        )
+        if lease_scope.cancelled_caught and running.reason is None:
+            running.reason = "lease"
+            metrics.lease_loss_cancellations.inc()
+        outcome = self.outcome_of(job, error, timed_out, running.reason)
+        await self.finish(job, outcome, ctx.effects if outcome.status == Status.SUCCEEDED else [])
+
+    def outcome_of(
+        self, job: dict, error: str | None, timed_out: bool, cancelled_by: str | None
+    ) -> store.Outcome:
+        if cancelled_by == "request":
+            return store.Outcome(Status.CANCELLED, "cancelled on request while running")
+        if cancelled_by == "lease":
+            error = "lease lost: handler cancelled at its lease deadline"
+        elif cancelled_by == "shutdown":
+            error = "worker shut down before the handler finished"
+        elif timed_out:
+            error = f"timed out after {job['timeout_seconds']}s"
+        if error is None:
+            return store.Outcome(Status.SUCCEEDED)
+        if error.startswith("poison: ") or job["attempt"] >= job["max_attempts"]:
+            return store.Outcome(Status.DEAD, error)
+        delay = (
+            0.0
+            if cancelled_by == "shutdown"
+            else retry_delay(job["attempt"], self.settings.retry_base, self.settings.retry_cap)
+        )
+        return store.Outcome(Status.FAILED, error, retry_in=delay)
+
+    async def finish(self, job: dict, outcome: store.Outcome, effects: list) -> None:
+        job_id, fence = job["id"], job["fence"]
+
+        def write(conn: psycopg.Connection) -> dict:
+            row = store.job_finish(
+                conn, job_id, fence, outcome, dlq_topic=self.settings.topic_dlq, effects=effects
+            )
+            if row is None:
+                raise FenceRejected(f"job {job_id}: fence {fence} no longer holds")
+            return row
+
+        job_type = handlers.metric_type(job["type"])
+        while True:
+            try:
+                await self.db.run(write)
+                break
+            except FenceRejected:
+                metrics.fence_rejections.inc()
+                log.warning(
+                    "fenced write rejected: a newer claim holds the job; nothing committed",
+                    extra={"job_id": str(job_id), "fence": fence},
+                )
+                return
+            except psycopg.Error as exc:
+                # the outcome is not durable yet: keep trying; the offset stays uncommitted
+                log.warning(
+                    "could not record outcome; retrying",
+                    extra={"job_id": str(job_id), "error": str(exc)[:300]},
+                )
+                await trio.sleep(1.0)
+        metrics.jobs_executed.labels(job_type, str(outcome.status)).inc()
+        if outcome.status == Status.FAILED:
+            metrics.retries.labels(job_type).inc()
+        elif outcome.status == Status.DEAD:
+            metrics.dead_letters.labels(job_type).inc()
+        log.info(
+            "job finished",
+            extra={
+                "job_id": str(job_id),
+                "status": str(outcome.status),
+                "attempt": job["attempt"],
+                "fence": fence,
+                "error": outcome.error,
+            },
+        )
+
+    async def heartbeat(self, running: RunningJob) -> None:
+        """Renew the lease every TTL/3; move the handler's deadline forward on success;
+        cancel the handler when the lease is gone or a cancel was requested."""
+        ttl = self.settings.lease_ttl
+        while True:
+            await trio.sleep(ttl / 3)
+            sent = trio.current_time()
+            try:
+                ours, cancel_requested = await self.db.run(
+                    store.job_heartbeat, running.job_id, running.fence, ttl
+                )
+            except psycopg.Error as exc:
+                metrics.lease_renewals.labels("error").inc()
+                log.warning(
+                    "lease renewal failed", extra={"job_id": str(running.job_id), "error": str(exc)}
+                )
+                continue  # the deadline stays where it was; it cancels if renewals keep failing
+            metrics.lease_renewal_seconds.observe(trio.current_time() - sent)
+            if not ours:
+                metrics.lease_renewals.labels("lost").inc()
+                metrics.lease_loss_cancellations.inc()
+                running.reason = "lease"
+                running.scope.cancel()
+                return
+            metrics.lease_renewals.labels("ok").inc()
+            if cancel_requested:
+                running.reason = "request"
+                running.scope.cancel()
+                return
+            running.scope.deadline = lease_deadline(sent, ttl)
+
+    # ------------------------------------------------------------ the loop
+
+    async def run(self, stopping: Stopping) -> None:
+        consumer = Consumer(consumer_config(self.settings))
+        self.consumer = consumer
+        await trio.to_thread.run_sync(
+            lambda: consumer.subscribe(
+                [self.settings.topic_ready], on_assign=self._on_assign, on_revoke=self._on_revoke
+            )
+        )
+        graceful = self.settings.shutdown_timeout * 0.75
+        async with trio.open_nursery() as jobs:
+            async with trio.open_nursery() as background:
+                background.start_soon(self.commit_loop)
+                background.start_soon(self.lag_loop)
+                await self.poll_until(stopping, jobs)
+                # drain: running jobs get most of the shutdown timeout, then are cancelled
+                with trio.move_on_after(graceful):
+                    await self.idle.wait()
+                for running in list(self.running.values()):
+                    running.reason = "shutdown"
+                    running.scope.cancel()
+                await self.idle.wait()
+                await self.commit_ready()
+                background.cancel_scope.cancel()
+        await trio.to_thread.run_sync(consumer.close)
+        self.consumer = None
+
+    async def poll_until(self, stopping: Stopping, jobs: trio.Nursery) -> None:
+        consumer = self.consumer
+        assert consumer is not None
+        while not stopping.is_set():
+            await self.capacity.acquire()
+            try:
+                message = await trio.to_thread.run_sync(
+                    consumer.poll, 0.5, limiter=self.poll_limiter
+                )
+            except BaseException:
+                self.capacity.release()
+                raise
+            if message is None:
+                self.capacity.release()
+                continue
+            if message.error() is not None:
+                self.capacity.release()
+                log.warning("consumer error", extra={"error": str(message.error())})
+                continue
+            partition, offset = message.partition(), message.offset()
+            self.tracker.start(partition, offset)
+            jobs.start_soon(self._run_and_release, partition, offset, message.value())
+
+    async def _run_and_release(self, partition: int, offset: int, value: bytes | None) -> None:
+        if self.active == 0:
+            self.idle = trio.Event()
+        self.active += 1
+        try:
+            await self.handle_message(partition, offset, value)
+        finally:
+            self.capacity.release()
+            self.active -= 1
+            if self.active == 0:
+                self.idle.set()

@@ -1,0 +1,54 @@
+import pytest
+
+from leasework.config import ConfigError, load, parse_duration
+
+
+def test_defaults_follow_the_seed_ports():
+    assert load("api", {}).ops_addr == ("127.0.0.1", 8080)
+    assert load("worker", {}).ops_addr == ("127.0.0.1", 9101)
+    assert load("relay", {}).ops_addr == ("127.0.0.1", 9102)
+
+
+def test_reads_every_documented_variable():
+    settings = load(
+        "worker",
+        {
+            "LEASEWORK_LOG_LEVEL": "DEBUG",
+            "LEASEWORK_OPS_ADDR": ":9200",
+            "LEASEWORK_POSTGRES_DSN": "postgresql://u:p@h:1/db",
+            "LEASEWORK_REDIS_ADDR": "10.0.0.1:6380",
+            "LEASEWORK_KAFKA_BROKERS": "a:1, b:2",
+            "LEASEWORK_SHUTDOWN_TIMEOUT": "1.5m",
+            "LEASEWORK_WORKER_CONCURRENCY": "3",
+        },
+    )
+    assert settings.log_level == "debug"
+    assert settings.ops_addr == ("0.0.0.0", 9200)
+    assert settings.redis_addr == ("10.0.0.1", 6380)
+    assert settings.kafka_brokers == ("a:1", "b:2")
+    assert settings.shutdown_timeout == 90.0
+    assert settings.worker_concurrency == 3
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LEASEWORK_LOG_LEVEL", "loud", "LEASEWORK_LOG_LEVEL='loud' is not one of"),
+        ("LEASEWORK_OPS_ADDR", "9101", "is not host:port"),
+        ("LEASEWORK_REDIS_ADDR", "redis:99999", "is not host:port"),
+        ("LEASEWORK_KAFKA_BROKERS", " , ", "LEASEWORK_KAFKA_BROKERS is empty"),
+        ("LEASEWORK_SHUTDOWN_TIMEOUT", "soon", "is not a duration"),
+        ("LEASEWORK_SHUTDOWN_TIMEOUT", "0s", "must be greater than zero"),
+        ("LEASEWORK_WORKER_CONCURRENCY", "0", "out of range"),
+        ("LEASEWORK_POSTGRES_DSN", "localhost", "neither a postgresql:// URL"),
+    ],
+)
+def test_invalid_values_are_rejected_with_the_variable_named(variable, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load("worker", {variable: value})
+
+
+def test_durations():
+    assert parse_duration("X", "500ms") == 0.5
+    assert parse_duration("X", "20") == 20.0
+    assert parse_duration("X", "2h") == 7200.0
