@@ -1,0 +1,272 @@
+"""Scenario files: loading, errors that name the file and the field, the seeded fault mix and
+the workload's plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.scenario import (
+    FAULTS,
+    Expectations,
+    Mix,
+    ScenarioError,
+    Workload,
+    load_scenario,
+    load_scenarios,
+    plan_submits,
+    random_schedule,
+    target_problem,
+)
+
+SAMPLE = """
+name = "stalled-worker"
+description = "SIGSTOP a worker past its lease while it holds ledger jobs."
+
+[workload]
+rate = 20.0
+duration = 60.0
+ledger_seconds = 3.0
+fail_times = 2
+fail_max_attempts = 5
+
+[workload.mix]
+noop = 4
+delayed = 2
+fail = 2
+ledger = 2
+
+[[faults]]
+at = 40.0
+duration = 5.0
+fault = "latency"
+target = "postgres"
+params = { latency = 500, jitter = 100, stream = "both" }
+
+[[faults]]
+at = 10.0
+duration = 20.0
+fault = "sigstop"
+target = "worker-1"
+
+[[faults]]
+at = 50
+fault = "redis_flushall"
+
+[[faults]]
+at = 52
+duration = 4
+fault = "reset_peer"
+target = "worker-2/kafka-3"
+
+[expect]
+max_lost = 0
+max_doubled = 0
+recovery_seconds = 30
+alerts = ["LeaseworkFenceRejections"]
+"""
+
+MINIMAL = 'name = "x"\n[workload]\nrate = 1\nduration = 10\n'
+
+
+def write(tmp_path: Path, text: str, name: str = "scenario.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_sample_scenario_loads(tmp_path):
+    scenario = load_scenario(write(tmp_path, SAMPLE))
+    assert scenario.name == "stalled-worker"
+    assert scenario.source.endswith("scenario.toml")
+    assert scenario.fencing is True and scenario.lease_mode == "fenced"
+    w = scenario.workload
+    assert (w.rate, w.duration, w.ledger_seconds) == (20.0, 60.0, 3.0)
+    assert w.mix == Mix(noop=4.0, delayed=2.0, fail=2.0, ledger=2.0)
+    assert w.fail_may_die is False
+    # sorted by start time; defaults filled in
+    assert [f.fault for f in scenario.faults] == [
+        "sigstop",
+        "latency",
+        "redis_flushall",
+        "reset_peer",
+    ]
+    sigstop, latency, flush, reset = scenario.faults
+    assert (sigstop.at, sigstop.stop, sigstop.target, sigstop.kind) == (
+        10.0,
+        30.0,
+        "worker-1",
+        "process",
+    )
+    assert latency.params == {"latency": 500, "jitter": 100, "stream": "both"}
+    assert (flush.duration, flush.target) == (0.0, "redis")
+    assert reset.target == "worker-2/kafka-3"
+    assert scenario.expect == Expectations(
+        recovery_seconds=30.0, alerts=("LeaseworkFenceRejections",)
+    )
+    assert scenario.fault_names == ("sigstop", "latency", "redis_flushall", "reset_peer")
+
+
+def test_the_unsafe_run_declares_fencing_off(tmp_path):
+    text = MINIMAL.replace('name = "x"', 'name = "x"\nfencing = false') + (
+        "[expect]\nexpect_doubled = true\n"
+    )
+    scenario = load_scenario(write(tmp_path, text))
+    assert scenario.fencing is False and scenario.lease_mode == "unsafe-plain-ttl"
+    assert scenario.expect.expect_doubled is True
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ('description = "no name"\n[workload]\nrate = 1\nduration = 1\n', "name", "required"),
+        ('name = "x"\n', "workload", "required"),
+        (MINIMAL + "ratee = 3\n", "workload.ratee", "unknown field"),
+        (MINIMAL.replace("rate = 1", "rate = 0"), "workload.rate", "> 0"),
+        (MINIMAL.replace("rate = 1", 'rate = "fast"'), "workload.rate", "number"),
+        (MINIMAL + "fail_times = 1.5\n", "workload.fail_times", "integer"),
+        (MINIMAL + "[workload.mix]\nnoop = 0\n", "workload.mix.noop", "positive"),
+        (MINIMAL + "[workload.mix]\nsleepy = 1\n", "workload.mix.sleepy", "unknown field"),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "meteor"\ntarget = "api"\n',
+            "faults[0].fault",
+            "not a fault",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "latency"\ntarget = "mysql"\n'
+            "params = { latency = 100 }\n",
+            "faults[0].target",
+            "not a toxiproxy proxy",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "latency"\ntarget = "redis"\n',
+            "faults[0].params.latency",
+            "required",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigstop"\n',
+            "faults[0].target",
+            "required",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 0\nfault = "sigstop"\ntarget = "relay"\n',
+            "faults[0].duration",
+            "> 0",
+        ),
+        (
+            MINIMAL
+            + '[[faults]]\nat = 1\nduration = 2\nfault = "kafka_kill"\ntarget = "kafka-4"\n',
+            "faults[0].target",
+            "Kafka node",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "api"\n'
+            "params = { signal = 9 }\n",
+            "faults[0].params.signal",
+            "takes no params",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "bandwidth"\ntarget = "redis"\n'
+            'params = { rate = 8, stream = "sideways" }\n',
+            "faults[0].params.stream",
+            "upstream",
+        ),
+        (MINIMAL + "[expect]\nexpect_doubled = true\n", "expect.expect_doubled", "fencing"),
+        (MINIMAL + "[expect]\nmax_lost = -1\n", "expect.max_lost", ">= 0"),
+        (MINIMAL + '[expect]\nalerts = "X"\n', "expect.alerts", "list"),
+        (MINIMAL + '[random_faults]\nfaults = ["latency"]\n', "random_faults.seed", "required"),
+        ("surprise = 1\n" + MINIMAL, "surprise", "unknown field"),
+    ],
+)
+def test_bad_scenarios_name_the_file_and_the_field(tmp_path, text, field, words):
+    path = write(tmp_path, text, "bad.toml")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {field}: "), message
+    assert words in message
+    assert caught.value.field == field
+
+
+def test_invalid_toml_and_missing_files_name_the_file(tmp_path):
+    with pytest.raises(ScenarioError, match=r"broken\.toml: not valid TOML"):
+        load_scenario(write(tmp_path, "name = \n", "broken.toml"))
+    with pytest.raises(ScenarioError, match=r"absent\.toml: cannot read"):
+        load_scenario(tmp_path / "absent.toml")
+
+
+def test_a_directory_of_scenarios_loads_in_order_with_unique_names(tmp_path):
+    write(tmp_path, MINIMAL.replace('"x"', '"b"'), "b.toml")
+    write(tmp_path, MINIMAL.replace('"x"', '"a"'), "a.toml")
+    assert [s.name for s in load_scenarios(tmp_path)] == ["a", "b"]
+    write(tmp_path, MINIMAL.replace('"x"', '"a"'), "c.toml")
+    with pytest.raises(ScenarioError, match=r"c\.toml: name: 'a' is already used"):
+        load_scenarios(tmp_path)
+
+
+# ---------------------------------------------------------------- the random fault mix
+
+
+def test_the_random_schedule_is_a_function_of_its_seed():
+    first = random_schedule(42, 300.0)
+    assert first == random_schedule(42, 300.0)
+    assert first != random_schedule(43, 300.0)
+    assert len(first) >= 5
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_random_schedule_stays_inside_the_run_and_is_valid(seed):
+    schedule = random_schedule(seed, 120.0, start=5.0, tail=10.0, min_gap=2.0, max_gap=6.0)
+    for previous, fault in zip(schedule, schedule[1:], strict=False):
+        assert fault.at >= previous.stop + 2.0 - 1e-6  # one at a time, with a gap
+    for fault in schedule:
+        assert fault.at >= 5.0 and fault.stop <= 110.0 + 1e-9
+        assert fault.fault in FAULTS
+        assert target_problem(fault.fault, fault.target) is None
+        assert fault.duration == 0.0 if fault.fault == "redis_flushall" else fault.duration >= 2.0
+
+
+def test_the_random_schedule_draws_only_the_faults_asked_for():
+    schedule = random_schedule(1, 600.0, faults=["latency", "kafka_kill"])
+    assert {f.fault for f in schedule} == {"latency", "kafka_kill"}
+    assert all(f.params["latency"] > 0 for f in schedule if f.fault == "latency")
+    with pytest.raises(ValueError):
+        random_schedule(1, 60.0, faults=["meteor"])
+
+
+def test_random_faults_in_a_file_are_expanded_deterministically(tmp_path):
+    text = MINIMAL.replace("duration = 10", "duration = 120") + (
+        '[random_faults]\nseed = 7\nfaults = ["sigkill", "latency"]\n'
+    )
+    one = load_scenario(write(tmp_path, text, "one.toml"))
+    two = load_scenario(write(tmp_path, text, "two.toml"))
+    assert one.faults == two.faults and one.faults
+    assert one.random_faults is not None and one.random_faults.seed == 7
+
+
+# ---------------------------------------------------------------- the workload's plan
+
+
+def test_the_plan_follows_rate_mix_and_seed():
+    workload = Workload(
+        rate=10.0,
+        duration=20.0,
+        mix=Mix(noop=1, delayed=1, fail=1, ledger=1),
+        fail_times=3,
+        fail_max_attempts=3,
+        ledger_seconds=2.0,
+    )
+    plan = list(plan_submits(workload, seed=5, key_prefix="run1"))
+    assert plan == list(plan_submits(workload, seed=5, key_prefix="run1"))
+    assert len(plan) == 200 and len({p.key for p in plan}) == 200
+    assert plan[1].at == pytest.approx(0.1) and plan[0].key == "run1-000000"
+    assert {p.kind for p in plan} == {"noop", "delayed", "fail", "ledger"}
+    for p in plan:
+        assert p.may_die == (p.kind == "fail")  # three failures, three attempts: may die
+        if p.kind == "ledger":
+            assert p.payload == {"seconds": 2.0} and p.job_type == "ledger"
+        if p.kind == "delayed":
+            assert 0.0 <= p.delay <= workload.delay_seconds and p.job_type == "noop"
+    value = plan[0].value()
+    assert value["key"] == "run1-000000" and "may_die" in value
