@@ -21,6 +21,11 @@ DEFAULT_OPS_ADDR = {
 }
 
 
+# a plain TTL lease: no fence condition on the terminal write, no deadline scope; for the
+# fencing demonstration and the chaos harness's "can it fail" run only
+UNSAFE_LEASE_MODE = "unsafe-plain-ttl"
+
+
 class ConfigError(ValueError):
     """A LEASEWORK_* variable holds a value the process cannot use."""
 
@@ -80,6 +85,8 @@ class Settings:
     # worker
     worker_concurrency: int = 8
     lease_ttl: float = 10.0
+    # "fenced" (always, unless the unsafe demo mode is asked for explicitly, see load())
+    lease_mode: str = "fenced"
     consumer_group: str = "leasework-workers"
     # relay
     relay_batch_size: int = 200
@@ -158,6 +165,17 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     for suffix, (attr, low, high) in integers.items():
         if (raw := get(suffix)) is not None:
             values[attr] = parse_int(f"LEASEWORK_{suffix}", raw, low, high)
+
+    mode = get("LEASE_MODE") or "fenced"
+    if mode not in ("fenced", UNSAFE_LEASE_MODE):
+        raise ConfigError(f"LEASEWORK_LEASE_MODE={mode!r} is not 'fenced'")
+    if mode == UNSAFE_LEASE_MODE and get("I_ACCEPT_DUPLICATE_EFFECTS") != "yes":
+        raise ConfigError(
+            f"LEASEWORK_LEASE_MODE={UNSAFE_LEASE_MODE} turns off the fence condition and the "
+            "lease deadline, so a stalled worker WILL apply effects twice; it exists only to "
+            "demonstrate that. Set LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS=yes as well to run it."
+        )
+    values["lease_mode"] = mode
 
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group

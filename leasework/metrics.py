@@ -72,3 +72,10 @@ dependency_up = Gauge(
     "1 while the dependency answers the readiness probe",
     ["dependency"],
 )
+fence_reseeds = Counter(
+    "leasework_fence_reseeds",
+    "Stamps refused because Redis handed out a fence not above Postgres's; counter re-seeded",
+)
+lease_conflicts = Counter(
+    "leasework_lease_conflicts", "Claims refused because another worker holds the lease"
+)

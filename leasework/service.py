@@ -25,6 +25,8 @@ from leasework.health import Health, measure_event_loop_lag
 
 log = logging.getLogger("leasework.service")
 
+HTTP_DRAIN_SECONDS = 3.0  # after the role drained, how long open HTTP requests may finish
+
 
 def add_ops_routes(app: QuartTrio, health: Health, process_name: str) -> None:
     @app.get("/healthz")
@@ -55,8 +57,8 @@ def hypercorn_config(addr: tuple[str, int], graceful: float) -> HypercornConfig:
     config.bind = [f"{addr[0]}:{addr[1]}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = graceful
-    config.keep_alive_timeout = 75
+    config.graceful_timeout = min(graceful, HTTP_DRAIN_SECONDS)
+    config.keep_alive_timeout = 5
     return config
 
 
@@ -130,5 +132,8 @@ async def run_service(
         log.info("drained", extra={"reason": stopping.reason or "finished"})
         http_stopped.set()
         if settings.ops_addr is not None:
-            await http_done.wait()  # in-flight requests finish, bounded by the deadline
+            # in-flight requests finish; idle keep-alive connections (Prometheus keeps one)
+            # must not hold the process for the whole shutdown timeout
+            with trio.move_on_after(HTTP_DRAIN_SECONDS):
+                await http_done.wait()
         nursery.cancel_scope.cancel()

@@ -319,6 +319,26 @@ def job_finish(
     return row
 
 
+def job_finish_unfenced(
+    conn: psycopg.Connection,
+    job_id: uuid.UUID,
+    fence: int,
+    outcome: Outcome,
+    *,
+    dlq_topic: str,
+    effects: list | None = None,
+) -> Row | None:
+    """The UNSAFE terminal write of a plain TTL lease: no fence, no status condition. Exists
+    only so the fencing demonstration and the chaos harness can show what fencing prevents."""
+    conn.execute("UPDATE jobs SET status = 'running', fence = %s WHERE id = %s", (fence, job_id))
+    return job_finish(conn, job_id, fence, outcome, dlq_topic=dlq_topic, effects=effects)
+
+
+def fence_max(conn: psycopg.Connection) -> int:
+    """The largest fence Postgres has stored: the floor for re-seeding the Redis counter."""
+    return int(conn.execute("SELECT coalesce(max(fence), 0) AS f FROM jobs").fetchone()["f"])
+
+
 def effect_insert(conn: psycopg.Connection, job_id: uuid.UUID, fence: int, kind: str, data: Any):
     conn.execute(
         "INSERT INTO effects (job_id, fence, kind, data) VALUES (%s, %s, %s, %s)",

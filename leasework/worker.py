@@ -10,19 +10,23 @@ of each partition.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 
 import psycopg
+import redis
 import trio
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from leasework import handlers, metrics, store
 from leasework.backoff import retry_delay
-from leasework.config import Settings
+from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.db import Database
+from leasework.lease import Claim, Leases
 from leasework.offsets import OffsetTracker
 from leasework.service import Stopping
 from leasework.states import Status
@@ -61,6 +65,7 @@ class RunningJob:
     job_id: uuid.UUID
     fence: int
     scope: trio.CancelScope
+    claim: Claim
     reason: str | None = None  # why the handler scope was cancelled
 
 
@@ -69,6 +74,9 @@ class Worker:
         self.settings = settings
         self.db = db
         self.name = settings.process_name
+        self.leases = Leases(*settings.redis_addr, limit=settings.worker_concurrency + 2)
+        # the plain-TTL demonstration mode: no deadline scope, no fence condition
+        self.unsafe = settings.lease_mode == UNSAFE_LEASE_MODE
         self.tracker = OffsetTracker()
         self.capacity = trio.Semaphore(settings.worker_concurrency)
         self.consumer: Consumer | None = None
@@ -178,19 +186,82 @@ class Worker:
             self.tracker.finish(partition, offset)
             self.commit_wanted.set()
 
-    async def process(self, job_id: uuid.UUID) -> None:
-        claimed_at = trio.current_time()  # before the stamp: a lower bound of lease validity
-        job = await self.db.run(
-            lambda conn: store.job_start(
-                conn, job_id, worker=self.name, fence=None, ttl=self.settings.lease_ttl
-            )
-        )
-        if job is None:
+    async def claim(self, job_id: uuid.UUID) -> tuple[Claim, dict] | None:
+        """Take the Redis lease and stamp the job ``running`` under its fence.
+
+        Returns None when the job is not ours to run (not queued: finished, cancelled,
+        running elsewhere, not due). Waits while another worker holds the lease (it expires by
+        itself) and while Redis is unreachable; re-seeds the fence counter when Postgres
+        refuses a token that is not above the stored fence.
+        """
+        ttl = self.settings.lease_ttl
+        backoff = 0.2
+        while True:
             current = await self.db.run(store.job_get, job_id)
-            reason = "missing" if current is None else current["status"]
-            metrics.redeliveries_skipped.labels(reason).inc()
-            log.debug("message skipped", extra={"job_id": str(job_id), "status": reason})
+            if current is None or current["status"] != Status.QUEUED:
+                reason = "missing" if current is None else current["status"]
+                metrics.redeliveries_skipped.labels(reason).inc()
+                return None
+            try:
+                claim = await self.leases.claim(job_id, self.name, ttl)
+            except redis.RedisError as exc:
+                log.warning(
+                    "cannot claim lease: redis unreachable; waiting",
+                    extra={"job_id": str(job_id), "error": str(exc)[:200]},
+                )
+                await trio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+                continue
+            if claim is None:
+                metrics.lease_conflicts.inc()
+                await trio.sleep(min(ttl / 2, backoff))
+                backoff = min(ttl / 2, backoff * 2)
+                continue
+            stamp = functools.partial(store.job_start, worker=self.name, fence=claim.fence, ttl=ttl)
+            job = await self.db.run(stamp, job_id)
+            if job is not None:
+                return claim, job
+            await self.release(claim)
+            current = await self.db.run(store.job_get, job_id)
+            if current is not None and current["status"] == Status.QUEUED:
+                if current["fence"] >= claim.fence:
+                    floor = await self.db.run(store.fence_max)
+                    seeded = await self.leases.reseed(floor + 1)
+                    metrics.fence_reseeds.inc()
+                    log.error(
+                        "redis handed out a stale fence (counter lost?); stamp refused by "
+                        "postgres, counter re-seeded",
+                        extra={
+                            "job_id": str(job_id),
+                            "token": claim.fence,
+                            "stored_fence": current["fence"],
+                            "reseeded_to": seeded,
+                        },
+                    )
+                continue
+
+    async def release(self, claim: Claim) -> None:
+        try:
+            await self.leases.release(claim)
+        except redis.RedisError as exc:
+            # the lease expires by itself within its TTL
+            log.warning(
+                "lease release failed", extra={"job_id": str(claim.job_id), "error": str(exc)[:200]}
+            )
+
+    async def process(self, job_id: uuid.UUID) -> None:
+        claimed_at = trio.current_time()  # before the claim: a lower bound of lease validity
+        claimed = await self.claim(job_id)
+        if claimed is None:
             return
+        claim, job = claimed
+        try:
+            await self.run_claimed(job, claim, claimed_at)
+        finally:
+            await self.release(claim)
+
+    async def run_claimed(self, job: dict, claim: Claim, claimed_at: float) -> None:
+        job_id = job["id"]
         fence = job["fence"]
         metrics.scheduling_delay.observe(
             max(0.0, (job["started_at"] - job["run_at"]).total_seconds())
@@ -217,8 +288,10 @@ class Worker:
             worker=self.name,
         )
         ttl = self.settings.lease_ttl
-        lease_scope = trio.CancelScope(deadline=lease_deadline(claimed_at, ttl))
-        running = RunningJob(job_id, fence, lease_scope)
+        lease_scope = trio.CancelScope(
+            deadline=math.inf if self.unsafe else lease_deadline(claimed_at, ttl)
+        )
+        running = RunningJob(job_id, fence, lease_scope, claim)
         self.running[job_id] = running
         metrics.jobs_in_flight.inc()
         started = trio.current_time()
@@ -274,8 +347,10 @@ class Worker:
     async def finish(self, job: dict, outcome: store.Outcome, effects: list) -> None:
         job_id, fence = job["id"], job["fence"]
 
+        finish_write = store.job_finish_unfenced if self.unsafe else store.job_finish
+
         def write(conn: psycopg.Connection) -> dict:
-            row = store.job_finish(
+            row = finish_write(
                 conn, job_id, fence, outcome, dlq_topic=self.settings.topic_dlq, effects=effects
             )
             if row is None:
@@ -318,27 +393,36 @@ class Worker:
         )
 
     async def heartbeat(self, running: RunningJob) -> None:
-        """Renew the lease every TTL/3; move the handler's deadline forward on success;
-        cancel the handler when the lease is gone or a cancel was requested."""
+        """Renew the lease every TTL/3 and move the handler's deadline forward on success;
+        cancel the handler when the lease is gone or a cancel was requested. A renewal that
+        fails leaves the deadline where it was: it cancels if renewals keep failing."""
         ttl = self.settings.lease_ttl
         while True:
             await trio.sleep(ttl / 3)
             sent = trio.current_time()
             try:
+                held = await self.leases.renew(running.claim, ttl)
                 ours, cancel_requested = await self.db.run(
                     store.job_heartbeat, running.job_id, running.fence, ttl
                 )
-            except psycopg.Error as exc:
+            except (redis.RedisError, psycopg.Error) as exc:
                 metrics.lease_renewals.labels("error").inc()
                 log.warning(
-                    "lease renewal failed", extra={"job_id": str(running.job_id), "error": str(exc)}
+                    "lease renewal failed",
+                    extra={"job_id": str(running.job_id), "error": str(exc)[:200]},
                 )
-                continue  # the deadline stays where it was; it cancels if renewals keep failing
+                continue
             metrics.lease_renewal_seconds.observe(trio.current_time() - sent)
-            if not ours:
+            if not (held and ours):
                 metrics.lease_renewals.labels("lost").inc()
-                metrics.lease_loss_cancellations.inc()
+                if self.unsafe:
+                    continue  # a plain TTL lease does not notice that it lost the job
+                log.warning(
+                    "lease lost; cancelling the handler",
+                    extra={"job_id": str(running.job_id), "fence": running.fence},
+                )
                 running.reason = "lease"
+                metrics.lease_loss_cancellations.inc()
                 running.scope.cancel()
                 return
             metrics.lease_renewals.labels("ok").inc()
@@ -346,7 +430,8 @@ class Worker:
                 running.reason = "request"
                 running.scope.cancel()
                 return
-            running.scope.deadline = lease_deadline(sent, ttl)
+            if not self.unsafe:
+                running.scope.deadline = lease_deadline(sent, ttl)
 
     # ------------------------------------------------------------ the loop
 

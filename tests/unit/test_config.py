@@ -52,3 +52,17 @@ def test_durations():
     assert parse_duration("X", "500ms") == 0.5
     assert parse_duration("X", "20") == 20.0
     assert parse_duration("X", "2h") == 7200.0
+
+
+def test_unsafe_lease_mode_is_refused_without_the_explicit_flag():
+    with pytest.raises(ConfigError, match="I_ACCEPT_DUPLICATE_EFFECTS"):
+        load("worker", {"LEASEWORK_LEASE_MODE": "unsafe-plain-ttl"})
+    unsafe = load(
+        "worker",
+        {
+            "LEASEWORK_LEASE_MODE": "unsafe-plain-ttl",
+            "LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS": "yes",
+        },
+    )
+    assert unsafe.lease_mode == "unsafe-plain-ttl"
+    assert load("worker", {}).lease_mode == "fenced"

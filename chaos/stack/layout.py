@@ -1,0 +1,147 @@
+"""Where things live: the fixed port/address contract and the on-disk layout.
+
+Other code (tests, the chaos harness, leasework's own defaults) depends on these
+numbers; change them only together with everything that reads them.
+
+State dir (``LEASEWORK_STATE_DIR``, default ``/var/tmp/leasework``; deliberately not
+inside the repo, because CI clones into a 0700 directory the ``postgres`` user cannot
+traverse)::
+
+    logs/NAME.log  pids/NAME.pid  postgres/  redis/  kafka-N/  prometheus/
+    toxiproxy/  kafka-cluster-id
+
+Cache dir (``LEASEWORK_CACHE_DIR``, default ``~/.cache/leasework``)::
+
+    kafka-4.1.1/libs/*.jar          kafka-4.1.1/.complete
+    toxiproxy-2.12.0/toxiproxy-server   toxiproxy-2.12.0/.complete
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+KAFKA_VERSION = "4.1.1"
+TOXIPROXY_VERSION = "2.12.0"
+
+POSTGRES_PORT = 15433
+POSTGRES_PROXY_PORT = 15432
+REDIS_PORT = 16380
+REDIS_PROXY_PORT = 16379
+TOXIPROXY_API_PORT = 8474
+PROMETHEUS_PORT = 9090
+
+KAFKA_NODE_IDS = (1, 2, 3)
+
+PG_USER = "leasework"
+PG_PASSWORD = "leasework"
+PG_DATABASE = "leasework"
+
+
+def kafka_ports(node_id: int) -> dict[str, int]:
+    """Ports of one Kafka node: ``proxy`` (toxiproxy, advertised to clients), ``broker``
+    (inter-broker, direct), ``controller`` (KRaft quorum, direct), ``external`` (the
+    client listener toxiproxy forwards to)."""
+    base = node_id * 10000 + 9092
+    return {"proxy": base, "broker": base + 1, "controller": base + 2, "external": base + 3}
+
+
+def addr(port: int) -> str:
+    return f"{HOST}:{port}"
+
+
+POSTGRES_DSN = f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{POSTGRES_PROXY_PORT}/{PG_DATABASE}"
+POSTGRES_DIRECT_DSN = f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{POSTGRES_PORT}/{PG_DATABASE}"
+REDIS_ADDR = addr(REDIS_PROXY_PORT)
+KAFKA_BROKERS = ",".join(addr(kafka_ports(n)["proxy"]) for n in KAFKA_NODE_IDS)
+# Inter-broker listeners: a direct, proxy-free path into the cluster. The supervisor's own
+# readiness checks and admin calls use it so that toxics never fool them.
+KAFKA_DIRECT_BOOTSTRAP = ",".join(addr(kafka_ports(n)["broker"]) for n in KAFKA_NODE_IDS)
+KAFKA_QUORUM_VOTERS = ",".join(f"{n}@{addr(kafka_ports(n)['controller'])}" for n in KAFKA_NODE_IDS)
+
+# name -> (role, ops port). Started in this order after `migrate` has succeeded.
+APPS: dict[str, tuple[str, int]] = {
+    "api": ("api", 8080),
+    "relay": ("relay", 9102),
+    "worker-1": ("worker", 9101),
+    "worker-2": ("worker", 9103),
+}
+
+# toxiproxy name -> (listen port, upstream port)
+PROXIES: dict[str, tuple[int, int]] = {
+    "postgres": (POSTGRES_PROXY_PORT, POSTGRES_PORT),
+    "redis": (REDIS_PROXY_PORT, REDIS_PORT),
+    **{f"kafka-{n}": (kafka_ports(n)["proxy"], kafka_ports(n)["external"]) for n in KAFKA_NODE_IDS},
+}
+
+KAFKA_TOPICS: dict[str, dict[str, object]] = {
+    "jobs.ready": {"partitions": 12, "replication": 3, "config": {"min.insync.replicas": "2"}},
+    "jobs.dlq": {"partitions": 3, "replication": 3, "config": {"min.insync.replicas": "2"}},
+}
+
+
+def default_repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Directories the supervisor reads and writes. Pure paths; creating them is the
+    caller's business (see :meth:`ensure_dirs`)."""
+
+    state_dir: Path
+    cache_dir: Path
+    repo_root: Path
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Layout:
+        env = dict(os.environ if env is None else env)
+        state = env.get("LEASEWORK_STATE_DIR") or "/var/tmp/leasework"
+        cache = env.get("LEASEWORK_CACHE_DIR") or str(Path("~/.cache/leasework").expanduser())
+        return cls(Path(state).absolute(), Path(cache).absolute(), default_repo_root())
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pids_dir(self) -> Path:
+        return self.state_dir / "pids"
+
+    def log(self, name: str) -> Path:
+        return self.logs_dir / f"{name}.log"
+
+    def pidfile(self, name: str) -> Path:
+        return self.pids_dir / f"{name}.pid"
+
+    def service_dir(self, name: str) -> Path:
+        return self.state_dir / name
+
+    @property
+    def kafka_libs(self) -> Path:
+        return self.cache_dir / f"kafka-{KAFKA_VERSION}" / "libs"
+
+    @property
+    def toxiproxy_bin(self) -> Path:
+        return self.cache_dir / f"toxiproxy-{TOXIPROXY_VERSION}" / "toxiproxy-server"
+
+    @property
+    def kafka_pom(self) -> Path:
+        return Path(__file__).resolve().parent / "kafka" / "pom.xml"
+
+    @property
+    def proxies_json(self) -> Path:
+        return self.repo_root / "toxiproxy" / "proxies.json"
+
+    @property
+    def rules_dir(self) -> Path:
+        return self.repo_root / "dashboards" / "rules"
+
+    def ensure_dirs(self) -> None:
+        for d in (self.state_dir, self.logs_dir, self.pids_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        # postgres runs unprivileged and must traverse the state dir.
+        self.state_dir.chmod(0o755)

@@ -1,0 +1,192 @@
+"""Provisioning: system packages (apt), Kafka jars (Maven), toxiproxy-server (go install).
+
+Each step is idempotent. Downloads land in a ``*.partial`` directory and a ``.complete``
+marker (holding a fingerprint of the recipe) is written only after the step finished,
+so an interrupted download is redone and a changed pom/version is re-fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from . import procs, tools
+from .errors import StackError
+from .layout import PROMETHEUS_PORT, TOXIPROXY_VERSION, Layout
+from .progress import log, step
+
+TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
+POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
+
+
+def _run(argv: Sequence[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        out.write(f"\n=== chaos.stack provision: {' '.join(argv)}\n".encode())
+        out.flush()
+        rc = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            check=False,
+        ).returncode
+    if rc != 0:
+        raise StackError(f"provision: {what} failed (exit {rc})", log_path)
+
+
+def _marker_ok(marker: Path, fingerprint: str) -> bool:
+    try:
+        return marker.read_text().strip() == fingerprint
+    except FileNotFoundError:
+        return False
+
+
+@contextmanager
+def _no_daemon_autostart() -> Iterator[None]:
+    """Debian's standard switch (policy-rc.d exit 101) that stops package postinst
+    scripts from starting their daemons (postgres on 5432, redis on 6379, prometheus on
+    9090): we run our own. Only installed if no policy-rc.d exists already."""
+    ours = not POLICY_RC_D.exists()
+    if ours:
+        POLICY_RC_D.write_text("#!/bin/sh\n# chaos.stack provisioning\nexit 101\n")
+        POLICY_RC_D.chmod(0o755)
+    try:
+        yield
+    finally:
+        if ours:
+            POLICY_RC_D.unlink(missing_ok=True)
+
+
+def apt_command(packages: Sequence[str]) -> str:
+    return "apt-get update && apt-get install -y --no-install-recommends " + " ".join(packages)
+
+
+def ensure_system_packages(layout: Layout, need_mvn: bool = True) -> None:
+    missing = tools.missing_apt_packages(need_mvn)
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise StackError(
+            f"provision: missing Debian packages {missing}; as root run:\n  " + apt_command(missing)
+        )
+    plog = layout.log("provision")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log.info("installing Debian packages: %s (log %s)", " ".join(missing), plog)
+    with _no_daemon_autostart():
+        _run(["apt-get", "update"], plog, "apt-get update", env)
+        _run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *missing],
+            plog,
+            "apt-get install",
+            env,
+        )
+    still = tools.missing_apt_packages(need_mvn)
+    if still:
+        raise StackError(f"provision: still missing after apt-get install: {still}", plog)
+    owners = procs.port_owners(PROMETHEUS_PORT)
+    if owners:
+        log.warning(
+            "port %d is held by %s (not ours, maybe started by the package's init script); "
+            "stop it, e.g. `/etc/init.d/prometheus stop`",
+            PROMETHEUS_PORT,
+            ", ".join(procs.describe(p) for p in owners),
+        )
+
+
+def kafka_libs_cached(layout: Layout) -> bool:
+    fingerprint = hashlib.sha256(layout.kafka_pom.read_bytes()).hexdigest()
+    marker = layout.kafka_libs.parent / ".complete"
+    return _marker_ok(marker, fingerprint) and any(layout.kafka_libs.glob("kafka_2.13-*.jar"))
+
+
+def ensure_kafka_libs(layout: Layout) -> bool:
+    """Kafka's runtime classpath via Maven. Returns True if it had to download."""
+    if kafka_libs_cached(layout):
+        return False
+    libs = layout.kafka_libs
+    root = libs.parent
+    marker = root / ".complete"
+    fingerprint = hashlib.sha256(layout.kafka_pom.read_bytes()).hexdigest()
+    mvn = tools.require("mvn")
+    tools.require("java")
+    root.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    partial = root / "libs.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    _run(
+        [
+            str(mvn),
+            "-q",
+            "-B",
+            "-Dstyle.color=never",
+            "-f",
+            str(layout.kafka_pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={partial}",
+        ],
+        layout.log("provision"),
+        "mvn dependency:copy-dependencies (Kafka jars)",
+    )
+    if not any(partial.glob("kafka_2.13-*.jar")):
+        raise StackError(f"provision: mvn ran but no kafka_2.13 jar in {partial}")
+    shutil.rmtree(libs, ignore_errors=True)
+    partial.rename(libs)
+    marker.write_text(fingerprint + "\n")
+    return True
+
+
+def _go() -> Path:
+    found = tools.find("go")
+    if found is not None:
+        return found
+    if Path("/usr/local/go/bin/go").exists():
+        return Path("/usr/local/go/bin/go")
+    raise StackError(
+        "provision: no Go toolchain (needed once to build toxiproxy-server "
+        f"{TOXIPROXY_VERSION}); install Go >= 1.23 (Debian's golang-go is too old) "
+        "and re-run `python -m chaos.stack provision`"
+    )
+
+
+def ensure_toxiproxy(layout: Layout) -> bool:
+    """Build toxiproxy-server with ``go install``. Returns True if it had to build."""
+    target = layout.toxiproxy_bin
+    root = target.parent
+    marker = root / ".complete"
+    fingerprint = f"{TOXIPROXY_MODULE}@v{TOXIPROXY_VERSION}"
+    if _marker_ok(marker, fingerprint) and target.exists():
+        return False
+    go = _go()
+    root.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    gobin = root / "gobin.partial"
+    shutil.rmtree(gobin, ignore_errors=True)
+    env = dict(os.environ, GOBIN=str(gobin), CGO_ENABLED="0")
+    _run([str(go), "install", fingerprint], layout.log("provision"), "go install toxiproxy", env)
+    built = gobin / "server"
+    if not built.exists():
+        raise StackError(f"provision: go install ran but {built} is missing")
+    tmp = target.with_suffix(".tmp")
+    shutil.move(str(built), tmp)
+    tmp.replace(target)
+    shutil.rmtree(gobin, ignore_errors=True)
+    marker.write_text(fingerprint + "\n")
+    return True
+
+
+def provision(layout: Layout) -> None:
+    """Everything the stack needs on disk; cheap when already done."""
+    layout.ensure_dirs()
+    with step("provision: system packages"):
+        ensure_system_packages(layout, need_mvn=not kafka_libs_cached(layout))
+    with step("provision: kafka jars"):
+        ensure_kafka_libs(layout)
+    with step("provision: toxiproxy-server"):
+        ensure_toxiproxy(layout)

@@ -1,0 +1,23 @@
+"""The supervised services, in start order."""
+
+from __future__ import annotations
+
+from ..layout import APPS, KAFKA_NODE_IDS, Layout
+from .apps import LeaseworkApp
+from .base import Service
+from .kafka import KafkaNode
+from .postgres import Postgres
+from .prometheus import Prometheus
+from .redis import Redis
+from .toxiproxy import Toxiproxy
+
+__all__ = ["Service", "build_services"]
+
+
+def build_services(layout: Layout) -> dict[str, Service]:
+    """name -> Service for the whole stack, infrastructure first, in start order."""
+    services: list[Service] = [Postgres(layout), Redis(layout), Toxiproxy(layout)]
+    services += [KafkaNode(layout, n) for n in KAFKA_NODE_IDS]
+    services.append(Prometheus(layout))
+    services += [LeaseworkApp(layout, name) for name in APPS]
+    return {s.name: s for s in services}

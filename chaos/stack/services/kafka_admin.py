@@ -1,0 +1,90 @@
+"""Admin-side Kafka checks through the direct (inter-broker) listeners, never the proxy,
+so that toxics on ``kafka-N`` proxies cannot fool readiness or block topic creation."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import StackError
+from ..layout import KAFKA_DIRECT_BOOTSTRAP, KAFKA_NODE_IDS, KAFKA_TOPICS
+
+log = logging.getLogger("chaos.stack")
+
+
+def _admin(bootstrap: str):  # -> confluent_kafka.admin.AdminClient
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": "chaos-stack",
+            "log_level": 0,  # connection-refused chatter while brokers boot is expected
+            "socket.connection.setup.timeout.ms": 2000,
+        }
+    )
+
+
+def live_broker_ids(bootstrap: str, timeout: float = 2.0) -> set[int]:
+    """Broker ids in the metadata answered by ``bootstrap`` (registered, unfenced)."""
+    md = _admin(bootstrap).list_topics(timeout=timeout)
+    return set(md.brokers)
+
+
+def ensure_topics(bootstrap: str = KAFKA_DIRECT_BOOTSTRAP, timeout: float = 30.0) -> list[str]:
+    """Create the stack's topics if missing; returns the names created. Warns (does not
+    fail) when an existing topic has a different partition count."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)
+    existing = admin.list_topics(timeout=timeout).topics
+    todo = []
+    for name, spec in KAFKA_TOPICS.items():
+        if name in existing:
+            have = len(existing[name].partitions)
+            if have != spec["partitions"]:
+                log.warning(
+                    "topic %s has %d partitions, expected %s", name, have, spec["partitions"]
+                )
+            continue
+        todo.append(
+            NewTopic(
+                name,
+                num_partitions=int(spec["partitions"]),  # type: ignore[call-overload]
+                replication_factor=int(spec["replication"]),  # type: ignore[call-overload]
+                config=dict(spec["config"]),  # type: ignore[call-overload]
+            )
+        )
+    created = []
+    if not todo:
+        return created
+    for name, fut in admin.create_topics(todo, operation_timeout=timeout).items():
+        try:
+            fut.result(timeout=timeout)
+            created.append(name)
+        except KafkaException as e:
+            err = e.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StackError(f"kafka: creating topic {name} failed: {err.str()}") from e
+    return created
+
+
+def cluster_problems(bootstrap: str = KAFKA_DIRECT_BOOTSTRAP, timeout: float = 3.0) -> list[str]:
+    """Why the cluster is not fully ready (empty list = ready): all brokers present, every
+    stack topic exists and each partition has a leader and ISR >= 2."""
+    md = _admin(bootstrap).list_topics(timeout=timeout)
+    problems = []
+    missing = set(KAFKA_NODE_IDS) - set(md.brokers)
+    if missing:
+        problems.append(f"brokers missing from metadata: {sorted(missing)}")
+    for name in KAFKA_TOPICS:
+        topic = md.topics.get(name)
+        if topic is None or topic.error is not None:
+            problems.append(f"topic {name} missing")
+            continue
+        for pid, part in sorted(topic.partitions.items()):
+            if part.leader < 0:
+                problems.append(f"{name}[{pid}] has no leader")
+            elif len(part.isrs) < 2:
+                problems.append(f"{name}[{pid}] ISR {part.isrs} < 2")
+    return problems

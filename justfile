@@ -1,0 +1,94 @@
+# leasework: `just up` brings the whole system up, `just test` runs every test.
+# Both provision what they need (idempotently, cached). `just --list` shows every recipe.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+python := justfile_directory() / ".venv/bin/python"
+stack := python + " -m chaos.stack"
+
+# list the recipes
+default:
+    @just --list --unsorted
+
+# create .venv and install leasework with its dev tools (skipped while pyproject.toml is unchanged)
+bootstrap:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+    if [ ! -f "$stamp" ]; then
+        echo "bootstrap: creating .venv and installing leasework[dev]" >&2
+        python3 -m venv .venv
+        .venv/bin/pip install -q --upgrade pip
+        .venv/bin/pip install -q -e ".[dev]"
+        rm -f .venv/.installed-*
+        touch "$stamp"
+    fi
+
+# provision and start everything: Postgres, Redis, Toxiproxy, 3 Kafka nodes, Prometheus, then migrate, api, relay, workers
+up: bootstrap
+    {{stack}} up
+
+# start only the infrastructure (no leasework processes)
+up-infra: bootstrap
+    {{stack}} up-infra
+
+# stop everything `just up` started (by recorded pid)
+down: bootstrap
+    {{stack}} down
+
+# stop everything and delete the state directory (data and logs)
+clean: bootstrap
+    {{stack}} clean
+
+# what runs where
+status: bootstrap
+    {{stack}} status
+
+# tail one process's log, e.g. `just logs worker-1`
+logs name lines="50": bootstrap
+    {{stack}} logs {{name}} -n {{lines}}
+
+# start, stop, kill, pause or resume one process, e.g. `just ctl stop relay`
+ctl action name: bootstrap
+    {{stack}} {{action}} {{name}}
+
+# apply pending migrations (the stack must be up)
+migrate: bootstrap
+    {{python}} -m chaos.stack migrate
+
+# submit a noop job and wait until it has succeeded; fails with the last status seen
+smoke: bootstrap
+    {{python}} -m leasework smoke --timeout 60
+
+# the leasework CLI against the local API, e.g. `just cli submit sleep '{"seconds": 2}'`
+cli *args: bootstrap
+    {{python}} -m leasework {{args}}
+
+# unit tests only (no servers)
+test-unit: bootstrap
+    {{python}} -m pytest tests/unit -q
+
+# every test: unit, then integration against the real stack (started if needed, reused if up)
+test: bootstrap
+    {{stack}} provision
+    {{python}} -m pytest tests/unit -q
+    {{stack}} up
+    {{python}} -m pytest tests/integration -q
+
+# ruff lint and format check
+lint: bootstrap
+    {{python}} -m ruff check .
+    {{python}} -m ruff format --check .
+
+# ruff format and autofix
+fmt: bootstrap
+    {{python}} -m ruff format .
+    {{python}} -m ruff check --fix .
+
+# submit N noop jobs with 1 and 2 workers; prints submit rate, jobs/s and scheduling delay
+bench jobs="1000": bootstrap
+    {{python}} -m chaos.bench --jobs {{jobs}}
+
+# a real duplicate under a plain TTL lease, and none under the fence (see docs/failure-modes.md)
+demo-fence: bootstrap
+    {{python}} -m chaos.demo_fence

@@ -1,0 +1,80 @@
+"""Integration tests run against the real local stack (`just up`); nothing here is mocked.
+
+The session fixture brings the stack up if it is not (idempotent), so `pytest tests/integration`
+works on its own too. Tests wait on conditions with deadlines, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from chaos.stack import Stack
+from leasework.client import AsyncClient, Client
+
+API_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
+# tests read Postgres directly (not through Toxiproxy) to check what the system wrote
+DIRECT_DSN = "postgresql://leasework:leasework@127.0.0.1:15433/leasework"
+
+
+@pytest.fixture(scope="session")
+def stack() -> Stack:
+    stack = Stack.from_env()
+    stack.up(apps=True)
+    return stack
+
+
+@pytest.fixture
+def client(stack: Stack):
+    with Client(API_URL) as c:
+        yield c
+
+
+@pytest.fixture
+async def aclient(stack: Stack):
+    async with AsyncClient(API_URL) as c:
+        yield c
+
+
+@pytest.fixture
+def db(stack: Stack):
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
+        yield conn
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2):
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` and the last
+    value seen after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = predicate()
+        except (httpx.TransportError, psycopg.OperationalError) as exc:
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {what}; last seen: {last!r}")
+        time.sleep(interval)
+
+
+def wait_status(client: Client, job_id: str, statuses: set[str], timeout: float = 60.0) -> dict:
+    return wait_for(
+        lambda: (job := client.get(job_id))["status"] in statuses and job,
+        timeout,
+        f"job {job_id} to reach {sorted(statuses)}",
+    )
+
+
+def readyz(port: int) -> tuple[int, dict]:
+    response = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+    return response.status_code, response.json()

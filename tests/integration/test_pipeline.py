@@ -1,0 +1,258 @@
+"""The durable job pipeline on the real stack: submit now and later, idempotency, listing,
+retries, dead letters, poison, cancel, the relay's outbox under concurrency and failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+import trio
+from confluent_kafka import Consumer
+
+from leasework.client import ApiError
+from tests.integration.conftest import API_URL, readyz, wait_for, wait_status
+
+
+def test_submit_later_is_scheduled_without_outbox_row_then_runs_after_its_due_time(client, db):
+    job = client.submit("noop", {}, delay_seconds=3)
+    assert job["status"] == "scheduled"
+    assert (
+        db.execute("SELECT count(*) AS n FROM outbox WHERE job_id = %s", (job["id"],)).fetchone()[
+            "n"
+        ]
+        == 0
+    )
+    done = wait_status(client, job["id"], {"succeeded"}, timeout=60)
+    assert done["started_at"] >= done["run_at"]
+
+
+def test_run_at_in_the_past_runs_now(client):
+    job = client.submit("noop", {}, run_at="2020-01-01T00:00:00+00:00")
+    assert job["status"] == "queued"
+    wait_status(client, job["id"], {"succeeded"}, timeout=30)
+
+
+def test_idempotent_replay_returns_the_same_job_and_conflict_is_409(client):
+    key = f"test-{uuid.uuid4()}"
+    first = client.submit("noop", {"a": 1}, idempotency_key=key)
+    again = client.submit("noop", {"a": 1}, idempotency_key=key)
+    assert again["id"] == first["id"] and again["replay"] is True and first["replay"] is False
+    with pytest.raises(ApiError) as caught:
+        client.submit("noop", {"a": 2}, idempotency_key=key)
+    assert caught.value.status == 409
+    assert caught.value.problem["job_id"] == first["id"]
+
+
+async def test_twenty_concurrent_identical_submits_create_one_job(aclient, stack):
+    key = f"concurrent-{uuid.uuid4()}"
+    results: list[dict] = []
+
+    async def submit() -> None:
+        results.append(await aclient.submit("noop", {"same": True}, idempotency_key=key))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(submit)
+    assert len({r["id"] for r in results}) == 1
+    assert sum(not r["replay"] for r in results) == 1
+
+
+def test_pagination_walks_every_job_once_newest_first(client):
+    job_type = f"page-{uuid.uuid4().hex[:12]}"  # unknown type: goes dead, but lists fine
+    created = [client.submit(job_type, {"n": n})["id"] for n in range(23)]
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = client.list(type=job_type, limit=5, cursor=cursor)
+        seen.extend(j["id"] for j in page["jobs"])
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert pages == 5
+    assert len(seen) == len(set(seen)) == 23
+    assert seen == list(reversed(created))
+
+
+def test_failing_job_retries_to_success(client, db):
+    job = client.submit("fail", {"times": 2}, max_attempts=5)
+    done = wait_status(client, job["id"], {"succeeded"}, timeout=90)
+    assert done["attempt"] == 3
+    outcomes = [
+        r["outcome"]
+        for r in db.execute(
+            "SELECT outcome FROM attempts WHERE job_id = %s ORDER BY attempt", (job["id"],)
+        )
+    ]
+    assert outcomes == ["failed", "failed", "succeeded"]
+
+
+def _dlq_message(job_id: str, timeout: float = 60.0):
+    consumer = Consumer(
+        {
+            "bootstrap.servers": "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092",
+            "group.id": f"test-dlq-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe(["jobs.dlq"])
+    try:
+        found = wait_for(
+            lambda: (
+                (m := consumer.poll(1.0)) is not None
+                and m.error() is None
+                and dict(m.headers() or []).get("job_id", b"").decode() == job_id
+                and m
+            ),
+            timeout,
+            f"DLQ message for {job_id}",
+            interval=0,
+        )
+        return dict((k, v.decode()) for k, v in found.headers()), json.loads(found.value())
+    finally:
+        consumer.close()
+
+
+def test_job_failing_every_attempt_is_dead_with_a_dlq_message(client):
+    job = client.submit("fail", {"times": 10}, max_attempts=2)
+    dead = wait_status(client, job["id"], {"dead"}, timeout=90)
+    assert dead["attempt"] == 2 and "failing on purpose" in dead["last_error"]
+    headers, value = _dlq_message(job["id"])
+    assert headers["type"] == "fail" and headers["attempts"] == "2"
+    assert "failing on purpose" in headers["last_error"]
+    assert value["job_id"] == job["id"]
+
+
+@pytest.mark.parametrize(
+    ("job_type", "payload", "error"),
+    [
+        ("no-such-handler", {}, "unknown job type"),
+        ("sleep", {"seconds": "soon"}, "undecodable payload"),
+    ],
+)
+def test_poison_goes_straight_to_dead_without_retries(client, job_type, payload, error):
+    job = client.submit(job_type, payload, max_attempts=5)
+    dead = wait_status(client, job["id"], {"dead"}, timeout=60)
+    assert dead["attempt"] == 1 and error in dead["last_error"]
+
+
+def test_cancel_of_a_waiting_job_is_immediate_and_a_finished_job_answers_409(client):
+    job = client.submit("noop", {}, delay_seconds=300)
+    cancelled = client.cancel(job["id"])
+    assert cancelled["status"] == "cancelled"
+    with pytest.raises(ApiError) as caught:
+        client.cancel(job["id"])
+    assert caught.value.status == 409
+
+
+def test_cancel_of_a_running_job_is_honoured_by_the_worker(client):
+    job = client.submit("sleep", {"seconds": 60})
+    wait_status(client, job["id"], {"running"}, timeout=30)
+    requested = client.cancel(job["id"])
+    assert requested["cancel_requested"] is True
+    done = wait_status(client, job["id"], {"cancelled"}, timeout=30)
+    assert done["finished_at"] is not None
+
+
+def test_two_relays_at_once_deliver_every_job(stack, client, db):
+    env = dict(os.environ)
+    env.update(stack.app_env("relay"))
+    env.update({"LEASEWORK_OPS_ADDR": "127.0.0.1:9192", "LEASEWORK_PROCESS_NAME": "relay-extra"})
+    second = subprocess.Popen(
+        [sys.executable, "-m", "leasework", "relay"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(
+            lambda: httpx.get("http://127.0.0.1:9192/readyz", timeout=2).status_code == 200,
+            60,
+            "second relay ready",
+        )
+        jobs = [client.submit("noop", {"n": n}) for n in range(60)]
+        for job in jobs:
+            wait_status(client, job["id"], {"succeeded"}, timeout=90)
+        ids = [j["id"] for j in jobs]
+        rows = db.execute(
+            "SELECT count(*) AS n FROM outbox WHERE job_id = ANY(%s::uuid[]) "
+            "AND published_at IS NOT NULL",
+            (ids,),
+        ).fetchone()
+        assert rows["n"] == 60
+    finally:
+        second.terminate()
+        second.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "slug"),
+    [
+        (
+            {"content": b"{not json", "headers": {"Content-Type": "application/json"}},
+            400,
+            "malformed-json",
+        ),
+        (
+            {"content": b"type=noop", "headers": {"Content-Type": "text/plain"}},
+            415,
+            "unsupported-media-type",
+        ),
+        ({"json": {"type": "noop", "payload": "x" * 2_000_000}}, 413, "body-too-large"),
+        ({"json": {"type": "", "max_attempts": 0}}, 422, "invalid-fields"),
+    ],
+)
+def test_bad_requests_get_problem_json(stack, kwargs, status, slug):
+    response = httpx.post(f"{API_URL}/jobs", timeout=10, **kwargs)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["type"].endswith(slug) and problem["detail"]
+    if status == 422:
+        assert {e["field"] for e in problem["errors"]} == {"type", "max_attempts"}
+
+
+def test_unknown_job_is_404_problem_and_openapi_is_served(stack):
+    response = httpx.get(f"{API_URL}/jobs/{uuid.uuid4()}", timeout=5)
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+    spec = httpx.get(f"{API_URL}/openapi.json", timeout=5).json()
+    assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/cancel"} <= set(spec["paths"])
+
+
+KAFKA_PROXIES = ("kafka-1", "kafka-2", "kafka-3")
+
+
+def set_proxies_enabled(names, enabled: bool) -> None:
+    for name in names:
+        response = httpx.post(
+            f"http://127.0.0.1:8474/proxies/{name}", json={"enabled": enabled}, timeout=5
+        )
+        response.raise_for_status()
+
+
+def test_relay_keeps_rows_and_says_so_while_kafka_is_unreachable(stack, client, db):
+    set_proxies_enabled(KAFKA_PROXIES, False)
+    try:
+        job = client.submit("noop", {"kafka": "down"})
+        status, body = wait_for(
+            lambda: (r := readyz(9102))[0] == 503 and r,
+            30,
+            "relay /readyz to report kafka unreachable",
+        )
+        assert "kafka" in json.dumps(body["unavailable"]), body
+        row = db.execute(
+            "SELECT published_at FROM outbox WHERE job_id = %s", (job["id"],)
+        ).fetchone()
+        assert row["published_at"] is None
+    finally:
+        set_proxies_enabled(KAFKA_PROXIES, True)
+    wait_for(lambda: readyz(9102)[0] == 200, 60, "relay ready again")
+    wait_status(client, job["id"], {"succeeded"}, timeout=90)

@@ -1,0 +1,188 @@
+"""Pure config rendering of chaos.stack (no servers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chaos.stack.layout import (
+    APPS,
+    KAFKA_BROKERS,
+    POSTGRES_DSN,
+    PROXIES,
+    REDIS_ADDR,
+    Layout,
+    kafka_ports,
+)
+from chaos.stack.services.apps import app_env
+from chaos.stack.services.kafka import new_cluster_id, render_log4j2, render_server_properties
+from chaos.stack.services.postgres import postgres_args
+from chaos.stack.services.prometheus import render_prometheus_yml
+from chaos.stack.services.redis import render_redis_conf
+from chaos.stack.services.toxiproxy import load_proxies, render_proxies
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def props(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+def test_port_contract() -> None:
+    assert kafka_ports(1) == {
+        "proxy": 19092,
+        "broker": 19093,
+        "controller": 19094,
+        "external": 19095,
+    }
+    assert kafka_ports(3)["proxy"] == 39092
+    assert POSTGRES_DSN == "postgresql://leasework:leasework@127.0.0.1:15432/leasework"
+    assert REDIS_ADDR == "127.0.0.1:16379"
+    assert KAFKA_BROKERS == "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+    assert {n: p for n, (_, p) in APPS.items()} == {
+        "api": 8080,
+        "relay": 9102,
+        "worker-1": 9101,
+        "worker-2": 9103,
+    }
+
+
+def test_kafka_properties_advertise_the_proxy_and_keep_internal_traffic_direct() -> None:
+    p = props(render_server_properties(2, Path("/s/kafka-2/data")))
+    assert p["node.id"] == "2"
+    assert p["process.roles"] == "broker,controller"
+    assert p["controller.quorum.voters"] == (
+        "1@127.0.0.1:19094,2@127.0.0.1:29094,3@127.0.0.1:39094"
+    )
+    assert p["listeners"] == (
+        "BROKER://127.0.0.1:29093,CONTROLLER://127.0.0.1:29094,EXTERNAL://127.0.0.1:29095"
+    )
+    assert p["advertised.listeners"] == "BROKER://127.0.0.1:29093,EXTERNAL://127.0.0.1:29092"
+    assert p["inter.broker.listener.name"] == "BROKER"
+    assert p["controller.listener.names"] == "CONTROLLER"
+    assert p["log.dirs"] == "/s/kafka-2/data"
+    for key, value in {
+        "default.replication.factor": "3",
+        "min.insync.replicas": "2",
+        "offsets.topic.replication.factor": "3",
+        "offsets.topic.num.partitions": "12",
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "false",
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+    }.items():
+        assert p[key] == value, key
+
+
+def test_kafka_proxies_point_at_the_external_listener() -> None:
+    for n in (1, 2, 3):
+        listen, upstream = PROXIES[f"kafka-{n}"]
+        assert listen == kafka_ports(n)["proxy"]
+        assert upstream == kafka_ports(n)["external"]
+
+
+def test_log4j2_quiets_chatty_loggers() -> None:
+    text = render_log4j2("kafka-1")
+    assert "rootLogger.level = INFO" in text
+    assert "appender.out.target = SYSTEM_OUT" in text
+    assert "state.change.logger" in text and "level = WARN" in text
+
+
+def test_cluster_id_is_kafka_uuid_shaped() -> None:
+    for _ in range(50):
+        cid = new_cluster_id()
+        assert len(cid) == 22 and not cid.startswith("-")
+        assert set(cid) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def test_redis_conf() -> None:
+    text = render_redis_conf(Path("/s/redis"))
+    lines = set(text.splitlines())
+    assert {"bind 127.0.0.1", "port 16380", "appendonly yes", "appendfsync everysec"} <= lines
+    assert "dir /s/redis" in lines
+    assert "daemonize no" in lines
+
+
+def test_postgres_args() -> None:
+    args = postgres_args(Path("/s/postgres/data"), Path("/s/postgres"))
+    assert args[:2] == ["-D", "/s/postgres/data"]
+    settings = dict(a.split("=", 1) for a in args[3::2])
+    assert settings["port"] == "15433"
+    assert settings["listen_addresses"] == "127.0.0.1"
+    assert settings["unix_socket_directories"] == "/s/postgres"
+    assert settings["max_connections"] == "200"
+    assert settings["fsync"] == "on"
+    assert all(a == "-c" for a in args[2::2])
+
+
+def test_prometheus_yml_without_and_with_rules() -> None:
+    yaml = pytest.importorskip("yaml")
+    cfg = yaml.safe_load(render_prometheus_yml([]))
+    assert cfg["global"]["scrape_interval"] == "2s"
+    assert cfg["global"]["evaluation_interval"] == "2s"
+    assert cfg["rule_files"] == []
+    (job,) = cfg["scrape_configs"]
+    assert job["job_name"] == "leasework"
+    targets = {sc["labels"]["instance"]: sc["targets"] for sc in job["static_configs"]}
+    assert targets == {
+        "api": ["127.0.0.1:8080"],
+        "relay": ["127.0.0.1:9102"],
+        "worker-1": ["127.0.0.1:9101"],
+        "worker-2": ["127.0.0.1:9103"],
+    }
+    cfg = yaml.safe_load(render_prometheus_yml([Path("/r/a.yml"), Path("/r/b.yml")]))
+    assert cfg["rule_files"] == ["/r/a.yml", "/r/b.yml"]
+
+
+def test_proxies_json_in_repo_matches_the_port_contract() -> None:
+    assert load_proxies(REPO / "toxiproxy" / "proxies.json") == render_proxies()
+    names = [p["name"] for p in render_proxies()]
+    assert names == ["postgres", "redis", "kafka-1", "kafka-2", "kafka-3"]
+    assert json.loads((REPO / "toxiproxy" / "proxies.json").read_text())[0]["listen"] == (
+        "127.0.0.1:15432"
+    )
+
+
+def test_app_env_precedence() -> None:
+    base = {
+        "PATH": "/bin",
+        "LEASEWORK_REDIS_ADDR": "127.0.0.1:9999",  # caller override wins over the default
+        "LEASEWORK_PROCESS_NAME": "caller",  # identity is always ours
+        "LEASEWORK_OPS_ADDR": "127.0.0.1:1",
+    }
+    env = app_env("worker-2", "127.0.0.1:9103", base, {"LEASEWORK_UNSAFE": "1"})
+    assert env["PATH"] == "/bin"
+    assert env["LEASEWORK_REDIS_ADDR"] == "127.0.0.1:9999"
+    assert env["LEASEWORK_POSTGRES_DSN"] == POSTGRES_DSN
+    assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_BROKERS
+    assert env["LEASEWORK_PROCESS_NAME"] == "worker-2"
+    assert env["LEASEWORK_OPS_ADDR"] == "127.0.0.1:9103"
+    assert env["LEASEWORK_UNSAFE"] == "1"
+    assert base["LEASEWORK_PROCESS_NAME"] == "caller"  # input not mutated
+    # extra_env is the explicit, highest-precedence override
+    assert (
+        app_env("api", "127.0.0.1:8080", {}, {"LEASEWORK_REDIS_ADDR": "x"})["LEASEWORK_REDIS_ADDR"]
+        == "x"
+    )
+
+
+def test_layout_from_env(tmp_path: Path) -> None:
+    layout = Layout.from_env(
+        {"LEASEWORK_STATE_DIR": str(tmp_path / "st"), "LEASEWORK_CACHE_DIR": str(tmp_path / "c")}
+    )
+    assert layout.pidfile("kafka-1") == tmp_path / "st" / "pids" / "kafka-1.pid"
+    assert layout.log("api") == tmp_path / "st" / "logs" / "api.log"
+    assert layout.kafka_libs == tmp_path / "c" / "kafka-4.1.1" / "libs"
+    assert layout.toxiproxy_bin == tmp_path / "c" / "toxiproxy-2.12.0" / "toxiproxy-server"
+    assert layout.kafka_pom.exists()
+    default = Layout.from_env({})
+    assert default.state_dir == Path("/var/tmp/leasework")
