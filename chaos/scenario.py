@@ -39,6 +39,8 @@ A scenario file (``scenarios/*.toml``)::
     recovery_seconds = 30
     alerts = ["LeaseworkFenceRejections"]
     expect_doubled = false         # true for the unsafe run: it must show duplicate effects
+    min_redeliveries = 0           # evidence the fault hit running jobs (checked by the runner)
+    min_unknown_landed = 0         # evidence of unknown submits that landed (ditto)
 
 Loading is strict: an unknown key, a wrong type or a value out of range raises
 :class:`ScenarioError` naming the file and the field (``faults[1].target``).
@@ -238,6 +240,9 @@ class Expectations:
     recovery_seconds: float | None = None  # bound on every fault's recovery time
     alerts: tuple[str, ...] = ()  # Prometheus alerts that must fire during the run
     expect_doubled: bool = False  # the unsafe run must show at least one duplicate effect
+    # evidence that the fault really hit (checked by the runner, so no run passes vacuously):
+    min_redeliveries: int = 0  # jobs run again after an attempt that did not fail by itself
+    min_unknown_landed: int = 0  # submits whose outcome was unknown yet created their job
 
 
 @dataclass(frozen=True)
@@ -470,6 +475,8 @@ def _expectations(table: _Table | None) -> Expectations:
         recovery_seconds=table.number("recovery_seconds", None, above=True),
         alerts=table.strings("alerts"),
         expect_doubled=table.boolean("expect_doubled", False),
+        min_redeliveries=table.number("min_redeliveries", 0, integer=True),
+        min_unknown_landed=table.number("min_unknown_landed", 0, integer=True),
     )
     table.done()
     return expect
