@@ -1,0 +1,100 @@
+"""Metrics on every process: present, scraped by Prometheus, and never labelled by anything
+that grows with the number of jobs."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import httpx
+
+from chaos.promql import scrape
+from leasework.handlers import REGISTRY
+from leasework.states import Status
+from tests.integration.conftest import wait_for, wait_status
+
+PROCESSES = {"api": 8080, "relay": 9102, "worker-1": 9101, "worker-2": 9103}
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def series() -> dict[str, set[str]]:
+    return {name: set(scrape(port)) for name, port in PROCESSES.items()}
+
+
+def run_batch(client, size: int) -> None:
+    ids = []
+    for n in range(size):
+        ids.append(client.submit("noop", {"n": n})["id"])
+        ids.append(client.submit("fail", {"times": 1}, max_attempts=3)["id"])
+        ids.append(client.submit(f"unknown-{uuid.uuid4().hex[:8]}", {})["id"])
+        ids.append(client.submit("ledger", {}, idempotency_key=str(uuid.uuid4()))["id"])
+    for job_id in ids:
+        wait_status(client, job_id, {"succeeded", "dead"}, timeout=120)
+
+
+LABEL_DOMAINS = {
+    "type": set(REGISTRY) | {"other"},
+    "outcome": {s.value for s in Status},
+    "reason": {s.value for s in Status} | {"missing", "undecodable"},
+    "partition": {str(p) for p in range(12)},
+    "dependency": {"postgres", "redis", "kafka"},
+    "result": {"ok", "lost", "error"},
+}
+SAMPLE_LABELS = {"le", "quantile"}  # histogram buckets: a fixed set per metric
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def test_no_label_grows_with_the_number_of_jobs(stack, client):
+    """Every label takes its values from a bounded domain, so more jobs cannot mean more
+    series: a job id, a payload value or an unregistered type name as a label fails here."""
+    run_batch(client, 5)
+    before = series()
+    run_batch(client, 10)
+    after = series()
+    for process in PROCESSES:
+        for sample in after[process]:
+            assert not UUID.search(sample), f"{process}: labelled with an id: {sample}"
+            if not sample.startswith("leasework_"):
+                continue  # the client library's process and GC metrics
+            for label, value in LABEL.findall(sample):
+                if label in SAMPLE_LABELS:
+                    continue
+                assert label in LABEL_DOMAINS, f"{process}: unexpected label {label}: {sample}"
+                assert value in LABEL_DOMAINS[label], f"{process}: unbounded value: {sample}"
+        # twice the jobs of the same kinds add no new series beyond bounded label values
+        grown = after[process] - before[process]
+        assert len(grown) <= 12 * 2, f"{process}: {len(grown)} new series: {sorted(grown)[:10]}"
+
+
+def test_the_slo_histogram_and_core_counters_are_exported(stack, client):
+    job = client.submit("noop", {})
+    wait_status(client, job["id"], {"succeeded"}, timeout=30)
+    worker_series = set(scrape(9101)) | set(scrape(9103))
+    assert any(
+        s.startswith('leasework_scheduling_delay_seconds_bucket{le="5.0"}') for s in worker_series
+    )
+    for name in (
+        "leasework_jobs_executed_total",
+        "leasework_fence_rejections_total",
+        "leasework_lease_expirations_total",
+        "leasework_jobs_in_flight",
+        "leasework_lease_renewal_seconds_bucket",
+    ):
+        assert any(s.startswith(name) for s in worker_series), name
+    relay_series = set(scrape(9102))
+    for name in ("leasework_outbox_pending", "leasework_relay_last_tick_timestamp_seconds"):
+        assert any(s.startswith(name) for s in relay_series), name
+
+
+def test_prometheus_scrapes_every_process_and_loaded_the_rules(stack):
+    def targets_up():
+        active = httpx.get("http://127.0.0.1:9090/api/v1/targets", timeout=5).json()["data"][
+            "activeTargets"
+        ]
+        up = {t["labels"].get("instance") for t in active if t["health"] == "up"}
+        return set(PROCESSES) <= up and up
+
+    wait_for(targets_up, 30, "Prometheus to report every leasework process up")
+    groups = httpx.get("http://127.0.0.1:9090/api/v1/rules", timeout=5).json()["data"]["groups"]
+    alerts = {r["name"] for g in groups for r in g["rules"] if r["type"] == "alerting"}
+    assert {"LeaseworkRelayStalled", "LeaseworkOutboxBacklog", "LeaseworkConsumerLag"} <= alerts
