@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from leasework.states import TERMINAL, Status, sources_of
+from leasework.states import TERMINAL, Status, sources_of, transition
 
 Row = dict[str, Any]
 
@@ -153,13 +153,14 @@ def job_cancel(conn: psycopg.Connection, job_id: uuid.UUID) -> CancelResult:
     status = Status(row["status"])
     if status in TERMINAL:
         return CancelResult(row, "finished")
-    if status == Status.RUNNING:
+    if status == Status.RUNNING:  # cooperative: the worker's heartbeat sees the request
         row = conn.execute(
             f"UPDATE jobs SET cancel_requested = true, updated_at = now() WHERE id = %s "
             f"RETURNING {JOB_COLUMNS}",
             (job_id,),
         ).fetchone()
         return CancelResult(row, "requested")
+    transition(status, Status.CANCELLED)
     row = conn.execute(
         f"""UPDATE jobs SET status = 'cancelled', cancel_requested = true, finished_at = now(),
                    updated_at = now()
@@ -288,6 +289,7 @@ def job_finish(
     """The fenced terminal write: the outcome, the attempt row and the handler's effects in one
     transaction, only if ``fence`` still holds. None means a newer claim exists; the caller
     must roll back (raise) so none of the effects commit."""
+    transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
     row = conn.execute(
         f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s,
                    run_at = CASE WHEN %(retry)s::float8 IS NULL THEN run_at
@@ -386,6 +388,7 @@ def jobs_reap_expired(
             status, retry = Status.DEAD, None
         else:
             status, retry = Status.FAILED, retry_delay(row["attempt"], retry_base, retry_cap)
+        transition(row["status"], status)
         conn.execute(
             """UPDATE attempts SET finished_at = now(), outcome = 'lease_expired', error = %s
                WHERE job_id = %s AND fence = %s AND finished_at IS NULL""",

@@ -41,6 +41,11 @@ def lease_deadline(renewed_at: float, ttl: float) -> float:
     return renewed_at + ttl * (1 - LEASE_MARGIN_FRACTION)
 
 
+class Abandoned(Exception):
+    """The worker is stopping before it could claim the job: leave the message unfinished so
+    its offset is not committed and the next owner of the partition gets it again."""
+
+
 class FenceRejected(Exception):
     """The fenced terminal write matched no row: a newer claim holds the job."""
 
@@ -84,6 +89,7 @@ class Worker:
         self.commit_limiter = trio.CapacityLimiter(1)
         self.running: dict[uuid.UUID, RunningJob] = {}
         self.commit_wanted = trio.Event()
+        self.stopping = Stopping()
         self.active = 0  # message tasks started and not yet finished
         self.idle = trio.Event()  # set while active == 0
         self.idle.set()
@@ -172,19 +178,26 @@ class Worker:
 
     async def handle_message(self, partition: int, offset: int, value: bytes | None) -> None:
         try:
-            try:
-                job_id = uuid.UUID(json.loads(value or b"")["job_id"])
-            except (ValueError, KeyError, TypeError):
-                log.error(
-                    "undecodable message skipped",
-                    extra={"partition": partition, "offset": offset, "value": repr(value)[:200]},
-                )
-                metrics.redeliveries_skipped.labels("undecodable").inc()
-                return
-            await self.process(job_id)
-        finally:
-            self.tracker.finish(partition, offset)
-            self.commit_wanted.set()
+            await self._handle_message(partition, offset, value)
+        except Abandoned:
+            log.info(
+                "message left for redelivery", extra={"partition": partition, "offset": offset}
+            )
+            return
+        self.tracker.finish(partition, offset)
+        self.commit_wanted.set()
+
+    async def _handle_message(self, partition: int, offset: int, value: bytes | None) -> None:
+        try:
+            job_id = uuid.UUID(json.loads(value or b"")["job_id"])
+        except (ValueError, KeyError, TypeError):
+            log.error(
+                "undecodable message skipped",
+                extra={"partition": partition, "offset": offset, "value": repr(value)[:200]},
+            )
+            metrics.redeliveries_skipped.labels("undecodable").inc()
+            return
+        await self.process(job_id)
 
     async def claim(self, job_id: uuid.UUID) -> tuple[Claim, dict] | None:
         """Take the Redis lease and stamp the job ``running`` under its fence.
@@ -197,26 +210,37 @@ class Worker:
         ttl = self.settings.lease_ttl
         backoff = 0.2
         while True:
-            current = await self.db.run(store.job_get, job_id)
-            if current is None or current["status"] != Status.QUEUED:
-                reason = "missing" if current is None else current["status"]
-                metrics.redeliveries_skipped.labels(reason).inc()
-                return None
+            if self.stopping.is_set():
+                raise Abandoned(str(job_id))
             try:
-                claim = await self.leases.claim(job_id, self.name, ttl)
-            except redis.RedisError as exc:
+                claimed = await self._claim_once(job_id, ttl)
+            except (redis.RedisError, psycopg.Error) as exc:
                 log.warning(
-                    "cannot claim lease: redis unreachable; waiting",
+                    "cannot claim: a dependency is unreachable; waiting",
                     extra={"job_id": str(job_id), "error": str(exc)[:200]},
                 )
                 await trio.sleep(backoff)
                 backoff = min(5.0, backoff * 2)
                 continue
-            if claim is None:
+            if claimed == "held":
                 metrics.lease_conflicts.inc()
                 await trio.sleep(min(ttl / 2, backoff))
                 backoff = min(ttl / 2, backoff * 2)
                 continue
+            return claimed
+
+    async def _claim_once(self, job_id: uuid.UUID, ttl: float):
+        """None (not ours to run), "held" (another worker holds the lease) or (claim, job);
+        loops only after re-seeding a stale fence counter."""
+        while True:
+            current = await self.db.run(store.job_get, job_id)
+            if current is None or current["status"] != Status.QUEUED:
+                reason = "missing" if current is None else current["status"]
+                metrics.redeliveries_skipped.labels(reason).inc()
+                return None
+            claim = await self.leases.claim(job_id, self.name, ttl)
+            if claim is None:
+                return "held"
             stamp = functools.partial(store.job_start, worker=self.name, fence=claim.fence, ttl=ttl)
             job = await self.db.run(stamp, job_id)
             if job is not None:
@@ -436,6 +460,7 @@ class Worker:
     # ------------------------------------------------------------ the loop
 
     async def run(self, stopping: Stopping) -> None:
+        self.stopping = stopping
         consumer = Consumer(consumer_config(self.settings))
         self.consumer = consumer
         await trio.to_thread.run_sync(

@@ -1,0 +1,369 @@
+"""Nemeses without a stack: the toxics and private links a fault needs, the counters that
+survive restarts, every fault's start and heal against a fake stack and Toxiproxy (recorded
+in the history, healed at the end even after a failure), the runner's own judgement, and the
+scenario files themselves."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from chaos.checker import UNKNOWN, Judgement, Problem
+from chaos.history import Recorder, fault_windows
+from chaos.nemesis import (
+    CounterTracker,
+    Link,
+    Nemesis,
+    NemesisError,
+    StackCalls,
+    affected,
+    link_env,
+    link_targets,
+    parse_metrics,
+    process_envs,
+    toxic_bodies,
+)
+from chaos.runner import (
+    UNSAFE_ENV,
+    RunResult,
+    exit_code,
+    full_judgement,
+    harness_problems,
+    recovery_text,
+    select,
+)
+from chaos.scenario import FaultSpec, load_scenarios, loads_scenario
+from chaos.workload import ClientView, Drain, MessageView
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def spec(fault: str, target: str | None, at=0.0, duration=1.0, **params) -> FaultSpec:
+    return FaultSpec(at, duration, fault, target, params)
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def test_toxic_bodies_one_per_stream():
+    both = toxic_bodies(spec("latency", "postgres", latency=300, jitter=50, stream="both"), "s")
+    assert [(b["name"], b["stream"]) for b in both] == [
+        ("s-upstream", "upstream"),
+        ("s-downstream", "downstream"),
+    ]
+    assert all(b["type"] == "latency" and b["toxicity"] == 1.0 for b in both)
+    assert both[0]["attributes"] == {"latency": 300, "jitter": 50}
+    (one,) = toxic_bodies(spec("reset_peer", "kafka-1", timeout=0, toxicity=0.5), "t")
+    assert one["stream"] == "downstream"  # toxiproxy's default
+    assert one["toxicity"] == 0.5 and one["attributes"] == {"timeout": 0}
+    assert toxic_bodies(spec("link_down", "redis"), "u") == []
+
+
+def test_per_process_links_and_their_environment():
+    faults = [
+        spec("latency", "api/postgres", latency=100),
+        spec("link_down", "worker-1/redis"),
+        spec("timeout", "worker-1/redis"),
+        spec("latency", "postgres", latency=1),  # shared: no private proxy
+        spec("sigkill", "worker-2"),
+    ]
+    assert link_targets(faults) == [("api", "postgres"), ("worker-1", "redis")]
+    with pytest.raises(NemesisError, match="advertise"):
+        link_targets([spec("latency", "worker-1/kafka-1", latency=1)])
+    assert link_env("redis", 40001) == {"LEASEWORK_REDIS_ADDR": "127.0.0.1:40001"}
+    assert link_env("postgres", 40002)["LEASEWORK_POSTGRES_DSN"].endswith(
+        "@127.0.0.1:40002/leasework"
+    )
+    envs = process_envs(
+        [Link("worker-1", "redis", 40001)], fencing=False, unsafe_env={"MODE": "unsafe"}
+    )
+    assert envs == {
+        "worker-1": {"MODE": "unsafe", "LEASEWORK_REDIS_ADDR": "127.0.0.1:40001"},
+        "worker-2": {"MODE": "unsafe"},
+    }
+    assert process_envs([], fencing=True, unsafe_env=UNSAFE_ENV) == {}
+
+
+def test_affected_names_every_process_a_shared_link_carries():
+    assert all(p in affected("latency", "postgres") for p in ("api", "relay", "worker-1"))
+    assert "only workers" in affected("link_down", "redis")
+    assert "relay" in affected("reset_peer", "kafka-2")
+    assert affected("latency", "worker-1/redis").startswith("worker-1 only")
+    assert affected("sigstop", "api") == "api only"
+
+
+def test_parse_metrics_sums_labels():
+    text = (
+        "# TYPE leasework_fence_rejections counter\n"
+        "leasework_fence_rejections_total 3.0\n"
+        "# TYPE leasework_messages_skipped counter\n"
+        'leasework_messages_skipped_total{reason="succeeded"} 2.0\n'
+        'leasework_messages_skipped_total{reason="running"} 5.0\n'
+    )
+    values = parse_metrics(text)
+    assert values["leasework_fence_rejections_total"] == 3.0
+    assert values["leasework_messages_skipped_total"] == 7.0
+
+
+def test_counter_tracker_survives_restarts():
+    tracker = CounterTracker(run_started_epoch=1000.0)
+    name = "leasework_fence_rejections_total"
+    tracker.observe("worker-1", 900.0, {name: 10.0})  # running before the run: baseline 10
+    tracker.observe("worker-1", 900.0, {name: 14.0})
+    tracker.observe("worker-1", 1020.0, {name: 2.0})  # restarted during the run: from zero
+    tracker.observe("worker-1", 1020.0, {name: 3.0})
+    tracker.observe("worker-2", 950.0, {name: 5.0})
+    assert tracker.per_process() == {"worker-1": {name: 7.0}, "worker-2": {name: 0.0}}
+    assert tracker.totals() == {name: 7.0}
+    assert tracker.incarnations("worker-1") == 2
+
+
+# ---------------------------------------------------------------- the nemesis with fakes
+
+
+class FakeStack:
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.calls: list[tuple] = []
+        self.fail = fail or set()
+        self.paused: set[str] = set()
+
+    def _do(self, *call):
+        self.calls.append(call)
+        if call[0] in self.fail:
+            raise RuntimeError(f"{call[0]} failed")
+
+    def pause(self, name):
+        self._do("pause", name)
+
+    def resume(self, name):
+        self._do("resume", name)
+
+    def kill(self, name, sig=signal.SIGKILL):
+        self._do("kill", name, sig)
+
+    def stop(self, name, timeout=20.0):
+        self._do("stop", name)
+
+    def start(self, name, extra_env=None, wait=True, timeout=None):
+        self._do("start", name, extra_env)
+
+    def is_running(self, name):
+        return True
+
+    def redis_flushall(self):
+        self._do("flushall")
+
+    def wait_kafka_cluster(self, timeout=120.0):
+        self._do("wait_kafka_cluster")
+
+
+class FakeToxiproxy:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def add_toxic(self, proxy, toxic):
+        self.calls.append(("add", proxy, toxic["name"], toxic["stream"]))
+
+    async def remove_toxic(self, proxy, name):
+        self.calls.append(("remove", proxy, name))
+
+    async def set_enabled(self, proxy, enabled):
+        self.calls.append(("enabled", proxy, enabled))
+
+
+def nemesis(stack=None, env_for=None) -> tuple[Nemesis, FakeStack, FakeToxiproxy, Recorder]:
+    stack = stack or FakeStack()
+    toxiproxy = FakeToxiproxy()
+    recorder = Recorder()
+    n = Nemesis(StackCalls(stack), toxiproxy, recorder, env_for=env_for or {})  # type: ignore[arg-type]
+    return n, stack, toxiproxy, recorder
+
+
+async def test_every_fault_starts_and_heals_and_is_recorded():
+    n, stack, toxiproxy, recorder = nemesis(env_for={"worker-1": {"MODE": "unsafe"}})
+    faults = [
+        spec("latency", "postgres", latency=300, stream="both"),
+        spec("link_down", "redis"),
+        spec("timeout", "api/postgres", timeout=0),
+        spec("sigstop", "worker-2"),
+        spec("sigkill", "worker-1"),
+        spec("restart", "relay"),
+        spec("kafka_kill", "kafka-2"),
+        spec("redis_restart", "redis"),
+        spec("redis_flushall", "redis", duration=0.0),
+    ]
+    for fault in faults:
+        await n.heal(await n.inject(fault))
+    assert all(i.healed and not i.start_error for i in n.injections)
+    assert toxiproxy.calls == [
+        ("add", "postgres", "chaos-0-latency-upstream", "upstream"),
+        ("add", "postgres", "chaos-0-latency-downstream", "downstream"),
+        ("remove", "postgres", "chaos-0-latency-upstream"),
+        ("remove", "postgres", "chaos-0-latency-downstream"),
+        ("enabled", "redis", False),
+        ("enabled", "redis", True),
+        ("add", "chaos-api-postgres", "chaos-2-timeout-downstream", "downstream"),
+        ("remove", "chaos-api-postgres", "chaos-2-timeout-downstream"),
+    ]
+    assert stack.calls == [
+        ("pause", "worker-2"),
+        ("resume", "worker-2"),
+        ("kill", "worker-1", signal.SIGKILL),
+        ("start", "worker-1", {"MODE": "unsafe"}),  # restarted with the run's environment
+        ("stop", "relay"),
+        ("start", "relay", None),
+        ("kill", "kafka-2", signal.SIGKILL),
+        ("start", "kafka-2", None),
+        ("wait_kafka_cluster",),
+        ("kill", "redis", signal.SIGKILL),
+        ("start", "redis", None),
+        ("flushall",),
+    ]
+    ops = recorder.ops
+    assert all(op.f == "nemesis" and op.process == "nemesis" for op in ops)
+    assert [op.type for op in ops] == ["invoke", "ok"] * (2 * len(faults))
+    windows = fault_windows(ops)
+    assert [(w.fault, w.target) for w in windows] == [(f.fault, f.target) for f in faults]
+    assert all(w.stop is not None for w in windows)
+
+
+async def test_a_fault_that_fails_to_start_is_recorded_info_and_still_healed():
+    stack = FakeStack(fail={"kill"})
+    n, stack, _, recorder = nemesis(stack)
+    injection = await n.inject(spec("sigkill", "worker-1"))
+    assert injection.start_error == "RuntimeError: kill failed"
+    assert [op.type for op in recorder.ops] == ["invoke", "info"]
+    assert recorder.ops[-1].error == "RuntimeError: kill failed"
+    assert await n.heal_all() == []
+    assert stack.calls[-1] == ("start", "worker-1", None)
+
+
+async def test_heal_all_heals_what_is_left_newest_first_and_reports_what_would_not_heal():
+    stack = FakeStack(fail={"resume"})
+    n, stack, toxiproxy, _ = nemesis(stack)
+    await n.inject(spec("sigstop", "worker-1"))
+    await n.inject(spec("latency", "redis", latency=10))
+    done = await n.inject(spec("link_down", "postgres"))
+    await n.heal(done)
+    left = await n.heal_all()
+    assert [i.spec.fault for i in left] == ["sigstop"]
+    assert "resume failed" in (left[0].stop_error or "")
+    assert toxiproxy.calls[-1] == ("remove", "redis", "chaos-1-latency-downstream")
+    assert stack.calls[-1] == ("resume", "worker-1")
+
+
+async def test_the_schedule_runs_faults_at_their_times():
+    n, stack, _, recorder = nemesis()
+    faults = [
+        spec("sigstop", "worker-1", at=0.05, duration=0.2),
+        spec("sigkill", "relay", at=0.4, duration=0.05),
+    ]
+    await n.run_schedule(faults, trio.current_time())
+    assert [c[0] for c in stack.calls] == ["pause", "resume", "kill", "start"]
+    (stop, kill) = fault_windows(recorder.ops)
+    assert 0.05 <= stop.start < stop.stop < kill.start
+    assert kill.start >= 0.4
+
+
+# ---------------------------------------------------------------- the runner's judgement
+
+
+def scenario_with(expect: str, faults: str = ""):
+    return loads_scenario(
+        f'name = "s"\n[workload]\nrate = 1\nduration = 10\n{faults}\n[expect]\n{expect}\n'
+    )
+
+
+class V:
+    """The verdict fields harness_problems reads."""
+
+    redeliveries = 0
+
+
+VIEW = ClientView(10, 0, 0, 0, 0, 0, 1, ())
+
+
+def test_harness_demands_evidence_that_the_fault_hit():
+    scenario = scenario_with("min_redeliveries = 1\nmin_unknown_landed = 2\n")
+    problems = harness_problems(scenario, V(), VIEW, [], [])  # type: ignore[arg-type]
+    assert [p.kind for p in problems] == ["evidence", "evidence"]
+    assert all(p.valid == UNKNOWN for p in problems)
+    dup = scenario_with("min_duplicate_messages = 1\n")
+    (p,) = harness_problems(dup, V(), VIEW, [], [], MessageView(10, 0, 0))  # type: ignore[arg-type]
+    assert "produced twice" in p.message
+    assert harness_problems(dup, V(), VIEW, [], [], MessageView(10, 2, 1)) == []  # type: ignore[arg-type]
+
+
+def test_harness_bounds_the_drain_and_holds_the_api_to_its_503():
+    scenario = scenario_with("recovery_seconds = 10\n")
+    drains = [Drain("sigkill", "worker-1", 20.0, 50, 12.5), Drain("x", None, 30.0, 5, 3.0)]
+    view = ClientView(10, 0, 0, 0, 0, 0, 1, ("k1",))
+    problems = harness_problems(scenario, V(), view, drains, [])  # type: ignore[arg-type]
+    assert sorted(p.kind for p in problems) == ["api_contract", "drain"]
+    assert all(p.valid is False for p in problems)
+
+
+def test_full_judgement_composes():
+    base = Judgement(True, ())
+    assert full_judgement(base, []) == base
+    unknown = full_judgement(base, [Problem("evidence", UNKNOWN, "e")])
+    assert unknown.passed == UNKNOWN and unknown.problems == ("e",)
+    failed = full_judgement(Judgement(UNKNOWN, ("u",)), [Problem("drain", False, "d")])
+    assert failed.passed is False and failed.problems == ("u", "d")
+
+
+def test_exit_code_and_recovery_text():
+    scenario = scenario_with("")
+
+    def result(passed, error=None):
+        return RunResult(scenario, Path("."), None, Judgement(passed, ()), 1.0, error=error)
+
+    assert exit_code([result(True), result(True)]) == 0
+    assert exit_code([result(True), result(UNKNOWN)]) == 2
+    assert exit_code([result(UNKNOWN), result(False)]) == 1
+    assert exit_code([result(True), result(True, error="boom")]) == 3
+    rows = [
+        {"first_finish": 0.5, "drained": 12.0},
+        {"first_finish": 1.5, "drained": None},
+    ]
+    assert recovery_text(rows) == "first ≤1.5s, drained ≤12.0s (1 undrained)"
+    assert recovery_text([]) == "–"
+
+
+# ---------------------------------------------------------------- the scenario files
+
+
+def test_the_scenarios_load_and_cover_the_issue():
+    scenarios = {s.name: s for s in load_scenarios(SCENARIOS)}
+    for letter in "abcdefghij":
+        assert any(name.startswith(f"{letter}-") for name in scenarios), letter
+    fast = ["a-worker-sigkill", "b-worker-sigstop", "f-redis-wipe", "h-api-reset"]
+    assert set(fast) <= set(scenarios)
+    for name, s in scenarios.items():
+        link_targets(s.faults)  # no impossible private link
+        assert s.expect.max_lost == 0
+        if name.startswith("j-"):
+            assert s.workload.duration >= 180 and len(s.faults) >= 10
+        else:
+            assert 30 <= s.workload.duration <= 60, name
+        assert all(f.stop <= s.workload.duration for f in s.faults), name
+    unsafe = scenarios["b-unsafe"]
+    assert not unsafe.fencing and unsafe.expect.expect_doubled
+    assert unsafe.faults == scenarios["b-worker-sigstop"].faults
+    assert scenarios["h-api-reset"].expect.min_unknown_landed >= 1
+
+
+def test_select_by_name_or_unique_prefix():
+    scenarios = load_scenarios(SCENARIOS)
+    assert [s.name for s in select(scenarios, ["a", "h-api-reset"])] == [
+        "a-worker-sigkill",
+        "h-api-reset",
+    ]
+    assert len(select(scenarios, [])) == len(scenarios)
+    with pytest.raises(ValueError, match="matches several"):
+        select(scenarios, ["b"])
+    with pytest.raises(ValueError, match="matches none"):
+        select(scenarios, ["zzz"])
