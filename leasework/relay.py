@@ -13,11 +13,13 @@ import time
 
 import psycopg
 import trio
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
-from leasework.kafka import BlockingPublisher
+from leasework.kafka import BlockingPublisher, group_lag
 from leasework.service import Stopping
 
 log = logging.getLogger("leasework.relay")
@@ -154,6 +156,8 @@ async def reaper_loop(db: Database, settings: Settings) -> None:
 
 
 async def outbox_gauge_loop(db: Database) -> None:
+    """Export the outbox backlog. The api runs this loop too, so the backlog stays visible
+    while every relay is down (the case the backlog alert exists for)."""
     while True:
         try:
             pending, age = await db.run(store.outbox_pending)
@@ -164,6 +168,25 @@ async def outbox_gauge_loop(db: Database) -> None:
         await trio.sleep(2.0)
 
 
+async def consumer_lag_loop(settings: Settings) -> None:
+    """Export the workers' consumer-group lag per partition, measured by the relay."""
+    admin = AdminClient(
+        {"bootstrap.servers": ",".join(settings.kafka_brokers), "client.id": "relay-lag"}
+    )
+    limiter = trio.CapacityLimiter(1)
+    while True:
+        try:
+            lags = await trio.to_thread.run_sync(
+                group_lag, admin, settings.consumer_group, settings.topic_ready, limiter=limiter
+            )
+        except (KafkaException, KeyError) as exc:
+            log.debug("consumer lag not measured", extra={"error": str(exc)[:200]})
+        else:
+            for partition, lag in lags.items():
+                metrics.consumer_lag.labels(str(partition)).set(lag)
+        await trio.sleep(5.0)
+
+
 async def run(settings: Settings, db: Database, conditions: dict[str, str], stopping: Stopping):
     publisher = BlockingPublisher(settings.kafka_brokers, settings.process_name)
     relay = OutboxRelay(db, publisher, settings.relay_batch_size, settings.relay_tick)
@@ -172,6 +195,7 @@ async def run(settings: Settings, db: Database, conditions: dict[str, str], stop
         nursery.start_soon(promoter_loop, db, settings)
         nursery.start_soon(reaper_loop, db, settings)
         nursery.start_soon(outbox_gauge_loop, db)
+        nursery.start_soon(consumer_lag_loop, settings)
         await stopping.wait()
         # threads finish the batch they hold (a to_thread call is not abandoned), then stop
         nursery.cancel_scope.cancel()

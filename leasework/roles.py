@@ -69,8 +69,15 @@ async def run_api(settings: Settings) -> None:
     health.add("postgres", postgres_probe(db))
     app = api.create_app(settings, db, health)
     await db.open()
+
+    async def body(stopping: Stopping) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(relay.outbox_gauge_loop, db)
+            await stopping.wait()
+            nursery.cancel_scope.cancel()
+
     try:
-        await run_service(settings, health, lambda stopping: stopping.wait(), app=app)
+        await run_service(settings, health, body, app=app)
     finally:
         await db.close()
 

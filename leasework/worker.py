@@ -142,38 +142,6 @@ class Worker:
             self.commit_wanted = trio.Event()
             await self.commit_ready()
 
-    async def lag_loop(self) -> None:
-        """Export messages behind the high watermark for each assigned partition."""
-
-        def measure(consumer: Consumer) -> dict[int, int]:
-            lags: dict[int, int] = {}
-            assigned = consumer.assignment()
-            if not assigned:
-                return lags
-            committed = consumer.committed(assigned, timeout=5)
-            for tp in committed:
-                _low, high = consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-                position = tp.offset if tp.offset >= 0 else 0
-                lags[tp.partition] = max(0, high - position)
-            return lags
-
-        known: set[int] = set()
-        while True:
-            await trio.sleep(5.0)
-            if self.consumer is None:
-                continue
-            try:
-                lags = await trio.to_thread.run_sync(
-                    measure, self.consumer, limiter=self.commit_limiter
-                )
-            except KafkaException:
-                continue
-            for partition in known - lags.keys():
-                metrics.consumer_lag.remove(str(partition))
-            for partition, lag in lags.items():
-                metrics.consumer_lag.labels(str(partition)).set(lag)
-            known = set(lags)
-
     # ------------------------------------------------------------ one job
 
     async def handle_message(self, partition: int, offset: int, value: bytes | None) -> None:
@@ -472,7 +440,6 @@ class Worker:
         async with trio.open_nursery() as jobs:
             async with trio.open_nursery() as background:
                 background.start_soon(self.commit_loop)
-                background.start_soon(self.lag_loop)
                 await self.poll_until(stopping, jobs)
                 # drain: running jobs get most of the shutdown timeout, then are cancelled
                 with trio.move_on_after(graceful):

@@ -1,0 +1,57 @@
+"""Which Prometheus alerts fired during a time window, read from the real Prometheus.
+
+Prometheus keeps the synthetic series ``ALERTS{alertname, alertstate}`` for every active
+alert; a range query over the window shows which reached ``firing`` and when first.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+PROMETHEUS_URL = "http://127.0.0.1:9090"
+
+# ticket alerts whose long windows (3 d / 6 h) keep firing for hours after any earlier fault;
+# they say nothing about the window under test
+LINGERING = {("LeaseworkSLOBurnSlow", "3d")}
+
+
+def fired_between(
+    start: float, end: float, *, url: str = PROMETHEUS_URL, step: float = 2.0
+) -> dict[str, float]:
+    """Alert name -> first Unix time it was firing within [start, end]."""
+    response = httpx.get(
+        f"{url}/api/v1/query_range",
+        params={
+            "query": 'ALERTS{alertstate="firing"}',
+            "start": f"{start:.3f}",
+            "end": f"{end:.3f}",
+            "step": f"{step:g}",
+        },
+        timeout=10,
+    )
+    response.raise_for_status()
+    fired: dict[str, float] = {}
+    for series in response.json()["data"]["result"]:
+        labels = series["metric"]
+        if (labels.get("alertname"), labels.get("long_window")) in LINGERING:
+            continue
+        first = min(float(t) for t, _ in series["values"])
+        name = labels["alertname"]
+        fired[name] = min(first, fired.get(name, first))
+    return fired
+
+
+def wait_for_alerts(
+    names: set[str], start: float, timeout: float, *, url: str = PROMETHEUS_URL
+) -> dict[str, float]:
+    """Poll until every alert in ``names`` has fired since ``start`` (or ``timeout`` passes);
+    returns what fired."""
+    deadline = time.time() + timeout
+    fired: dict[str, float] = {}
+    while True:
+        fired = fired_between(start, time.time(), url=url)
+        if names <= fired.keys() or time.time() > deadline:
+            return fired
+        time.sleep(2.0)
