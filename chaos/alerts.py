@@ -55,3 +55,15 @@ def wait_for_alerts(
         if names <= fired.keys() or time.time() > deadline:
             return fired
         time.sleep(2.0)
+
+
+def firing_now(*, url: str = PROMETHEUS_URL) -> set[str]:
+    """Names of the alerts firing at this moment."""
+    response = httpx.get(f"{url}/api/v1/alerts", timeout=10)
+    response.raise_for_status()
+    return {
+        a["labels"]["alertname"]
+        for a in response.json()["data"]["alerts"]
+        if a["state"] == "firing"
+        and (a["labels"]["alertname"], a["labels"].get("long_window")) not in LINGERING
+    }

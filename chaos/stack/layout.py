@@ -42,11 +42,24 @@ PG_DATABASE = "leasework"
 
 
 def kafka_ports(node_id: int) -> dict[str, int]:
-    """Ports of one Kafka node: ``proxy`` (toxiproxy, advertised to clients), ``broker``
-    (inter-broker, direct), ``controller`` (KRaft quorum, direct), ``external`` (the
-    client listener toxiproxy forwards to)."""
+    """Ports of one Kafka node N:
+
+    * ``proxy``         N9092 toxiproxy ``kafka-N``, advertised by ``EXTERNAL`` (api, relay)
+    * ``broker``        N9093 inter-broker listener, direct
+    * ``controller``    N9094 KRaft quorum, direct
+    * ``external``      N9095 client listener ``EXTERNAL``, upstream of ``kafka-N``
+    * ``workers``       N9096 client listener ``WORKERS``, upstream of ``kafka-N-workers``
+    * ``workers_proxy`` N9097 toxiproxy ``kafka-N-workers``, advertised by ``WORKERS``
+    """
     base = node_id * 10000 + 9092
-    return {"proxy": base, "broker": base + 1, "controller": base + 2, "external": base + 3}
+    return {
+        "proxy": base,
+        "broker": base + 1,
+        "controller": base + 2,
+        "external": base + 3,
+        "workers": base + 4,
+        "workers_proxy": base + 5,
+    }
 
 
 def addr(port: int) -> str:
@@ -56,7 +69,12 @@ def addr(port: int) -> str:
 POSTGRES_DSN = f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{POSTGRES_PROXY_PORT}/{PG_DATABASE}"
 POSTGRES_DIRECT_DSN = f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{POSTGRES_PORT}/{PG_DATABASE}"
 REDIS_ADDR = addr(REDIS_PROXY_PORT)
+# What api and relay bootstrap from (toxiproxy kafka-N -> EXTERNAL listener).
 KAFKA_BROKERS = ",".join(addr(kafka_ports(n)["proxy"]) for n in KAFKA_NODE_IDS)
+# What the workers bootstrap from (toxiproxy kafka-N-workers -> WORKERS listener). A broker
+# answers a client with the advertised addresses of the listener it came in through, so a
+# worker stays on these proxies for all its traffic and its link can be cut on its own.
+KAFKA_WORKER_BROKERS = ",".join(addr(kafka_ports(n)["workers_proxy"]) for n in KAFKA_NODE_IDS)
 # Inter-broker listeners: a direct, proxy-free path into the cluster. The supervisor's own
 # readiness checks and admin calls use it so that toxics never fool them.
 KAFKA_DIRECT_BOOTSTRAP = ",".join(addr(kafka_ports(n)["broker"]) for n in KAFKA_NODE_IDS)
@@ -75,6 +93,10 @@ PROXIES: dict[str, tuple[int, int]] = {
     "postgres": (POSTGRES_PROXY_PORT, POSTGRES_PORT),
     "redis": (REDIS_PROXY_PORT, REDIS_PORT),
     **{f"kafka-{n}": (kafka_ports(n)["proxy"], kafka_ports(n)["external"]) for n in KAFKA_NODE_IDS},
+    **{
+        f"kafka-{n}-workers": (kafka_ports(n)["workers_proxy"], kafka_ports(n)["workers"])
+        for n in KAFKA_NODE_IDS
+    },
 }
 
 KAFKA_TOPICS: dict[str, dict[str, object]] = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import signal
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -304,7 +304,12 @@ class Stack:
         _provision(self.layout)
 
     def up(self, apps: bool = True, timeout: float | None = None) -> None:
-        """Provision, start everything not running, wait until all is ready. Idempotent."""
+        """Provision, start everything not running, wait until all is ready. Idempotent.
+
+        A running service started with an outdated configuration (see ``Service.stale``:
+        a Kafka node's server.properties, a leasework process's stack defaults) is
+        restarted, one at a time; after each Kafka node the whole cluster must be ready
+        again (all brokers, leaders, ISR >= 2) before the next one goes down."""
         t0 = time.monotonic()
         with self._locked():
             self.provision()
@@ -324,9 +329,47 @@ class Stack:
                     log.info("created topics: %s", ", ".join(created))
             with step("kafka: cluster ready (3 brokers, leaders, ISR>=2)"):
                 self.wait_kafka_cluster(timeout or 120.0)
+            self.restart_stale(
+                KAFKA_NAMES, timeout, then=lambda: self.wait_kafka_cluster(timeout or 120.0)
+            )
             if apps:
                 self._up_apps(timeout)
         log.info("up: done in %.1fs", time.monotonic() - t0)
+
+    def stale(self, name: str) -> list[str]:
+        """What the running ``name`` was started with that differs from a start now
+        (empty when it is up to date or not running)."""
+        pid = self.pid(name)
+        return [] if pid is None else self.service(name).stale(pid)
+
+    def restart_stale(
+        self,
+        names: Sequence[str],
+        timeout: float | None = None,
+        then: Callable[[], object] | None = None,
+    ) -> list[str]:
+        """Restart, one at a time and each until ready, the running services among
+        ``names`` whose configuration is outdated; ``then()`` runs after each restart.
+        Deliberate ``extra_env`` overrides of a leasework process are kept. Returns the
+        names restarted."""
+        done = []
+        for name in names:
+            pid = self.pid(name)
+            if pid is None:
+                continue
+            svc = self.service(name)
+            reasons = svc.stale(pid)
+            if not reasons:
+                continue
+            keep = svc.restart_env(pid)
+            log.info("%s: started with an outdated %s, restarting it", name, ", ".join(reasons))
+            with step(f"{name}: restart"):
+                self.stop_many([name])
+                self.start(name, extra_env=keep or None, timeout=timeout)
+                if then is not None:
+                    then()
+            done.append(name)
+        return done
 
     def _up_apps(self, timeout: float | None) -> None:
         names = self.names("app")
@@ -337,6 +380,7 @@ class Stack:
             fresh[name] = self._launch(name)[1]
         for name in names:
             self._settle(name, fresh[name], timeout)
+        self.restart_stale(names, timeout)
 
     def _prepare_parallel(self, names: Sequence[str]) -> None:
         """Run prepare() (initdb, Kafka storage formatting: a JVM each) concurrently for
@@ -416,6 +460,10 @@ class Stack:
                 other = procs.read_proc(recorded)
                 gone = other is None or not other.alive
                 note = f"stale pidfile (pid {recorded} is {'gone' if gone else 'not ours'})"
+            if pid is not None:
+                reasons = svc.stale(pid)
+                if reasons:
+                    note = f"outdated {', '.join(reasons)}: `up` restarts it"
             foreign = self._foreign_owners(svc)
             if foreign:
                 port, owner = foreign[0]

@@ -10,14 +10,26 @@ import pytest
 from chaos.stack.layout import (
     APPS,
     KAFKA_BROKERS,
+    KAFKA_WORKER_BROKERS,
     POSTGRES_DSN,
     PROXIES,
     REDIS_ADDR,
     Layout,
     kafka_ports,
 )
-from chaos.stack.services.apps import app_env
-from chaos.stack.services.kafka import new_cluster_id, render_log4j2, render_server_properties
+from chaos.stack.services.apps import (
+    app_env,
+    carried_over_env,
+    role_of,
+    stack_env,
+    stale_stack_env,
+)
+from chaos.stack.services.kafka import (
+    KafkaNode,
+    new_cluster_id,
+    render_log4j2,
+    render_server_properties,
+)
 from chaos.stack.services.postgres import postgres_args
 from chaos.stack.services.prometheus import render_prometheus_yml
 from chaos.stack.services.redis import render_redis_conf
@@ -41,11 +53,15 @@ def test_port_contract() -> None:
         "broker": 19093,
         "controller": 19094,
         "external": 19095,
+        "workers": 19096,
+        "workers_proxy": 19097,
     }
     assert kafka_ports(3)["proxy"] == 39092
+    assert kafka_ports(3)["workers_proxy"] == 39097
     assert POSTGRES_DSN == "postgresql://leasework:leasework@127.0.0.1:15432/leasework"
     assert REDIS_ADDR == "127.0.0.1:16379"
     assert KAFKA_BROKERS == "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+    assert KAFKA_WORKER_BROKERS == "127.0.0.1:19097,127.0.0.1:29097,127.0.0.1:39097"
     assert {n: p for n, (_, p) in APPS.items()} == {
         "api": 8080,
         "relay": 9102,
@@ -54,7 +70,7 @@ def test_port_contract() -> None:
     }
 
 
-def test_kafka_properties_advertise_the_proxy_and_keep_internal_traffic_direct() -> None:
+def test_kafka_properties_advertise_the_proxies_and_keep_internal_traffic_direct() -> None:
     p = props(render_server_properties(2, Path("/s/kafka-2/data")))
     assert p["node.id"] == "2"
     assert p["process.roles"] == "broker,controller"
@@ -62,9 +78,17 @@ def test_kafka_properties_advertise_the_proxy_and_keep_internal_traffic_direct()
         "1@127.0.0.1:19094,2@127.0.0.1:29094,3@127.0.0.1:39094"
     )
     assert p["listeners"] == (
-        "BROKER://127.0.0.1:29093,CONTROLLER://127.0.0.1:29094,EXTERNAL://127.0.0.1:29095"
+        "BROKER://127.0.0.1:29093,CONTROLLER://127.0.0.1:29094,EXTERNAL://127.0.0.1:29095,"
+        "WORKERS://127.0.0.1:29096"
     )
-    assert p["advertised.listeners"] == "BROKER://127.0.0.1:29093,EXTERNAL://127.0.0.1:29092"
+    # each client listener advertises its own toxiproxy address: a client stays on the
+    # proxy it bootstrapped through
+    assert p["advertised.listeners"] == (
+        "BROKER://127.0.0.1:29093,EXTERNAL://127.0.0.1:29092,WORKERS://127.0.0.1:29097"
+    )
+    assert p["listener.security.protocol.map"] == (
+        "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT,WORKERS:PLAINTEXT"
+    )
     assert p["inter.broker.listener.name"] == "BROKER"
     assert p["controller.listener.names"] == "CONTROLLER"
     assert p["log.dirs"] == "/s/kafka-2/data"
@@ -83,11 +107,45 @@ def test_kafka_properties_advertise_the_proxy_and_keep_internal_traffic_direct()
         assert p[key] == value, key
 
 
-def test_kafka_proxies_point_at_the_external_listener() -> None:
+def test_kafka_proxies_point_at_the_external_and_workers_listeners() -> None:
     for n in (1, 2, 3):
         listen, upstream = PROXIES[f"kafka-{n}"]
         assert listen == kafka_ports(n)["proxy"]
         assert upstream == kafka_ports(n)["external"]
+        assert PROXIES[f"kafka-{n}-workers"] == (n * 10000 + 9097, n * 10000 + 9096)
+
+
+def test_every_listener_and_proxy_is_consistent_for_every_node() -> None:
+    for n in (1, 2, 3):
+        p = props(render_server_properties(n, Path(f"/s/kafka-{n}/data")))
+        listeners = dict(item.split("://") for item in p["listeners"].split(","))
+        advertised = dict(item.split("://") for item in p["advertised.listeners"].split(","))
+        protocols = dict(item.split(":") for item in p["listener.security.protocol.map"].split(","))
+        assert set(listeners) == set(protocols) == {"BROKER", "CONTROLLER", "EXTERNAL", "WORKERS"}
+        assert set(advertised) == {"BROKER", "EXTERNAL", "WORKERS"}
+        # the two client listeners are reached only through their proxies
+        for name, proxy in (("EXTERNAL", f"kafka-{n}"), ("WORKERS", f"kafka-{n}-workers")):
+            listen, upstream = PROXIES[proxy]
+            assert listeners[name] == f"127.0.0.1:{upstream}"
+            assert advertised[name] == f"127.0.0.1:{listen}"
+        assert advertised["BROKER"] == listeners["BROKER"]
+        ports = [int(a.rsplit(":", 1)[1]) for a in listeners.values()]
+        assert len(set(ports)) == len(ports)
+    every_port = [port for n in (1, 2, 3) for port in kafka_ports(n).values()]
+    assert len(set(every_port)) == len(every_port)
+
+
+def test_kafka_node_config_is_stale_until_rewritten(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "st", tmp_path / "c", REPO)
+    node = KafkaNode(layout, 1)
+    assert node.config_stale()  # never written
+    node.properties.parent.mkdir(parents=True)
+    old = node.rendered_properties().replace(",WORKERS://127.0.0.1:19096", "")
+    node.properties.write_text(old)
+    assert node.config_stale() and node.stale(0) == ["server.properties"]
+    node.properties.write_text(node.rendered_properties())
+    assert not node.config_stale() and node.stale(0) == []
+    assert 19096 in node.ports()
 
 
 def test_log4j2_quiets_chatty_loggers() -> None:
@@ -146,7 +204,16 @@ def test_prometheus_yml_without_and_with_rules() -> None:
 def test_proxies_json_in_repo_matches_the_port_contract() -> None:
     assert load_proxies(REPO / "toxiproxy" / "proxies.json") == render_proxies()
     names = [p["name"] for p in render_proxies()]
-    assert names == ["postgres", "redis", "kafka-1", "kafka-2", "kafka-3"]
+    assert names == [
+        "postgres",
+        "redis",
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "kafka-1-workers",
+        "kafka-2-workers",
+        "kafka-3-workers",
+    ]
     assert json.loads((REPO / "toxiproxy" / "proxies.json").read_text())[0]["listen"] == (
         "127.0.0.1:15432"
     )
@@ -163,7 +230,7 @@ def test_app_env_precedence() -> None:
     assert env["PATH"] == "/bin"
     assert env["LEASEWORK_REDIS_ADDR"] == "127.0.0.1:9999"
     assert env["LEASEWORK_POSTGRES_DSN"] == POSTGRES_DSN
-    assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_BROKERS
+    assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_WORKER_BROKERS
     assert env["LEASEWORK_PROCESS_NAME"] == "worker-2"
     assert env["LEASEWORK_OPS_ADDR"] == "127.0.0.1:9103"
     assert env["LEASEWORK_UNSAFE"] == "1"
@@ -186,3 +253,39 @@ def test_layout_from_env(tmp_path: Path) -> None:
     assert layout.kafka_pom.exists()
     default = Layout.from_env({})
     assert default.state_dir == Path("/var/tmp/leasework")
+
+
+def test_workers_get_their_own_kafka_proxies_everyone_else_the_shared_ones() -> None:
+    for name, (role, port) in APPS.items():
+        env = app_env(name, f"127.0.0.1:{port}", {})
+        want = (
+            "127.0.0.1:19097,127.0.0.1:29097,127.0.0.1:39097"
+            if role == "worker"
+            else "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+        )
+        assert env["LEASEWORK_KAFKA_BROKERS"] == want, name
+    assert app_env("migrate", None, {})["LEASEWORK_KAFKA_BROKERS"] == KAFKA_BROKERS
+    # a worker the harness adds by hand is a worker too
+    assert role_of("worker-3") == "worker" and role_of("api") == "api"
+    assert stack_env("worker")["LEASEWORK_KAFKA_BROKERS"] == KAFKA_WORKER_BROKERS
+    # an explicit extra_env still wins, for workers as for everyone
+    env = app_env("worker-1", "127.0.0.1:9101", {}, {"LEASEWORK_KAFKA_BROKERS": KAFKA_BROKERS})
+    assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_BROKERS
+
+
+def test_stale_stack_env_flags_outdated_defaults_but_not_deliberate_overrides() -> None:
+    expected = app_env("worker-1", "127.0.0.1:9101", {"PATH": "/bin"})
+    # started before workers had their own proxies: the shared default is stale
+    running = {**expected, "LEASEWORK_KAFKA_BROKERS": KAFKA_BROKERS, "LEASEWORK_UNSAFE": "1"}
+    assert stale_stack_env(running, expected) == ["LEASEWORK_KAFKA_BROKERS"]
+    # a restart brings the defaults up to date and keeps what was given on purpose
+    stale = stale_stack_env(running, expected)
+    assert carried_over_env(running, expected, stale) == {"LEASEWORK_UNSAFE": "1"}
+    assert stale_stack_env(expected, expected) == []
+    # a value the stack never hands out is somebody's choice, not stale
+    private = {**expected, "LEASEWORK_KAFKA_BROKERS": "127.0.0.1:40000"}
+    assert stale_stack_env(private, expected) == []
+    assert carried_over_env(private, expected, []) == {"LEASEWORK_KAFKA_BROKERS": "127.0.0.1:40000"}
+    # the relay with the shared proxies is up to date
+    relay = app_env("relay", "127.0.0.1:9102", {})
+    assert stale_stack_env(relay, relay) == []

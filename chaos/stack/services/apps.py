@@ -6,12 +6,19 @@ defaults (DSN, redis, brokers) for any ``LEASEWORK_*`` the caller did not set; t
 per-process identity (``LEASEWORK_PROCESS_NAME``, ``LEASEWORK_OPS_ADDR``); ``extra_env``
 given to :meth:`Stack.start` (e.g. an unsafe-mode flag from the chaos harness).
 
+The default Kafka brokers depend on the role: workers get the ``kafka-N-workers`` proxies
+(N9097), everything else the ``kafka-N`` proxies (N9092), so the workers' Kafka link can be
+cut on its own. A running process still holding a stack default that is no longer its own
+(started before the defaults changed) is found by :func:`stale_stack_env`; ``Stack.up``
+restarts it.
+
 worker-1 and worker-2 have the same command line, so identity also checks
 ``LEASEWORK_PROCESS_NAME`` in /proc/PID/environ.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -21,6 +28,7 @@ from ..errors import StackError
 from ..layout import (
     APPS,
     KAFKA_BROKERS,
+    KAFKA_WORKER_BROKERS,
     POSTGRES_DSN,
     REDIS_ADDR,
     Layout,
@@ -30,10 +38,27 @@ from ..procs import ProcInfo, read_environ
 from ..readiness import http_ok
 from .base import Service
 
-STACK_ENV: dict[str, str] = {
-    "LEASEWORK_POSTGRES_DSN": POSTGRES_DSN,
-    "LEASEWORK_REDIS_ADDR": REDIS_ADDR,
-    "LEASEWORK_KAFKA_BROKERS": KAFKA_BROKERS,
+
+def role_of(name: str) -> str:
+    """``worker-2`` -> ``worker``; a known app's configured role; else the name itself."""
+    if name in APPS:
+        return APPS[name][0]
+    return re.sub(r"-[0-9]+$", "", name)
+
+
+def stack_env(role: str) -> dict[str, str]:
+    """The stack's defaults for a process of ``role``."""
+    return {
+        "LEASEWORK_POSTGRES_DSN": POSTGRES_DSN,
+        "LEASEWORK_REDIS_ADDR": REDIS_ADDR,
+        "LEASEWORK_KAFKA_BROKERS": KAFKA_WORKER_BROKERS if role == "worker" else KAFKA_BROKERS,
+    }
+
+
+# every value the stack hands out as a default, per variable (over all roles)
+_STACK_DEFAULTS: dict[str, frozenset[str]] = {
+    key: frozenset(stack_env(role)[key] for role in ("api", "relay", "worker", "migrate"))
+    for key in stack_env("api")
 }
 
 
@@ -45,7 +70,7 @@ def app_env(
 ) -> dict[str, str]:
     """Environment of one leasework process (pure; unit-tested)."""
     env = dict(base_env)
-    for key, value in STACK_ENV.items():
+    for key, value in stack_env(role_of(name)).items():
         env.setdefault(key, value)
     env["LEASEWORK_PROCESS_NAME"] = name
     if ops_addr is not None:
@@ -54,6 +79,29 @@ def app_env(
         env.pop("LEASEWORK_OPS_ADDR", None)
     env.update(extra_env or {})
     return env
+
+
+def stale_stack_env(running: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
+    """Stack variables whose value in a running process is *a* stack default but not the
+    one it would get now (pure). Deliberate overrides (any other value) are not stale."""
+    return sorted(
+        key
+        for key, defaults in _STACK_DEFAULTS.items()
+        if running.get(key) != expected.get(key) and running.get(key) in defaults
+    )
+
+
+def carried_over_env(
+    running: Mapping[str, str], expected: Mapping[str, str], stale: list[str]
+) -> dict[str, str]:
+    """The ``LEASEWORK_*`` values a running process was deliberately given (they differ
+    from what it would get now and are not stale defaults): a restart that brings its
+    stale defaults up to date keeps these (pure)."""
+    return {
+        key: value
+        for key, value in running.items()
+        if key.startswith("LEASEWORK_") and key not in stale and expected.get(key) != value
+    }
 
 
 def app_command(role: str) -> list[str]:
@@ -88,6 +136,17 @@ class LeaseworkApp(Service):
         import os
 
         return app_env(self.name, addr(self.port), os.environ, extra_env)
+
+    def stale(self, pid: int) -> list[str]:
+        running = read_environ(pid)
+        return [] if running is None else stale_stack_env(running, self.env())
+
+    def restart_env(self, pid: int) -> dict[str, str]:
+        running = read_environ(pid)
+        if running is None:
+            return {}
+        expected = self.env()
+        return carried_over_env(running, expected, stale_stack_env(running, expected))
 
     def command(self) -> list[str]:
         return app_command(self.role)

@@ -74,3 +74,13 @@ class Service:
 
     def after_ready(self, fresh: bool) -> None:
         """Reconcile once ready: ``fresh`` is False when it was already running."""
+
+    def stale(self, pid: int) -> list[str]:
+        """What the running process ``pid`` was started with that a start now would give
+        it differently (config file, environment variables); empty when up to date.
+        ``Stack.up`` restarts a stale service."""
+        return []
+
+    def restart_env(self, pid: int) -> dict[str, str]:
+        """The ``extra_env`` that restarting the running process ``pid`` keeps."""
+        return {}

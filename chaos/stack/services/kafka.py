@@ -4,8 +4,18 @@ Listeners per node N (ports from :func:`layout.kafka_ports`):
 
 * ``BROKER``     N9093 inter-broker, direct (also what the supervisor's admin client uses)
 * ``CONTROLLER`` N9094 KRaft quorum, direct (static ``controller.quorum.voters``)
-* ``EXTERNAL``   N9095 clients; *advertised as the toxiproxy address* N9092, so every
-  byte between leasework and a broker crosses the proxy.
+* ``EXTERNAL``   N9095 api and relay; *advertised as the toxiproxy address* N9092
+  (proxy ``kafka-N``)
+* ``WORKERS``    N9096 the workers; *advertised as the toxiproxy address* N9097 (proxy
+  ``kafka-N-workers``)
+
+A broker answers a client with the advertised addresses of the listener the client came in
+through, so every byte between leasework and a broker crosses a proxy, and the workers'
+link can be cut apart from the relay's and the api's.
+
+A running node whose rendered ``server.properties`` differs from the one it was started
+with is reported by :meth:`KafkaNode.config_stale`; ``Stack.up`` restarts such nodes one at
+a time (a listener change needs a restart, never a reformat).
 
 All three nodes are formatted once with one cluster id, generated on first use and kept
 in ``<state>/kafka-cluster-id``; a node is formatted only while its log dir has no
@@ -76,11 +86,14 @@ def render_server_properties(node_id: int, log_dir: Path) -> str:
         "controller.quorum.voters": KAFKA_QUORUM_VOTERS,
         "listeners": (
             f"BROKER://{addr(p['broker'])},CONTROLLER://{addr(p['controller'])},"
-            f"EXTERNAL://{addr(p['external'])}"
+            f"EXTERNAL://{addr(p['external'])},WORKERS://{addr(p['workers'])}"
         ),
-        "advertised.listeners": f"BROKER://{addr(p['broker'])},EXTERNAL://{addr(p['proxy'])}",
+        "advertised.listeners": (
+            f"BROKER://{addr(p['broker'])},EXTERNAL://{addr(p['proxy'])},"
+            f"WORKERS://{addr(p['workers_proxy'])}"
+        ),
         "listener.security.protocol.map": (
-            "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT"
+            "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT,WORKERS:PLAINTEXT"
         ),
         "inter.broker.listener.name": "BROKER",
         "controller.listener.names": "CONTROLLER",
@@ -195,11 +208,29 @@ class KafkaNode(Service):
 
     def ports(self) -> tuple[int, ...]:
         p = kafka_ports(self.node_id)
-        return (p["broker"], p["controller"], p["external"])
+        return (p["broker"], p["controller"], p["external"], p["workers"])
 
     def address(self) -> str:
         p = kafka_ports(self.node_id)
-        return f"{addr(p['external'])} (proxy {addr(p['proxy'])})"
+        return (
+            f"{addr(p['external'])} (proxy {addr(p['proxy'])}), "
+            f"workers {addr(p['workers'])} (proxy {addr(p['workers_proxy'])})"
+        )
+
+    def rendered_properties(self) -> str:
+        return render_server_properties(self.node_id, self.data_dir)
+
+    def config_stale(self) -> bool:
+        """The node's server.properties on disk (what the running node was started with:
+        :meth:`prepare` writes it only before a start) differs from the current rendering."""
+        try:
+            current = self.properties.read_text()
+        except FileNotFoundError:
+            return True
+        return current != self.rendered_properties()
+
+    def stale(self, pid: int) -> list[str]:
+        return ["server.properties"] if self.config_stale() else []
 
     def markers(self) -> tuple[str, ...]:
         return ("kafka.Kafka", str(self.properties))
@@ -218,7 +249,7 @@ class KafkaNode(Service):
 
     def prepare(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.properties.write_text(render_server_properties(self.node_id, self.data_dir))
+        self.properties.write_text(self.rendered_properties())
         self.log4j2.write_text(render_log4j2(self.name))
         if (self.data_dir / "meta.properties").exists():
             return

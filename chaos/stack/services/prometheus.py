@@ -7,6 +7,7 @@ supervisor POSTs ``/-/reload`` (``--web.enable-lifecycle``). Rule files are ever
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,7 +77,10 @@ class Prometheus(Service):
 
     def prepare(self) -> None:
         (self.base_dir / "data").mkdir(parents=True, exist_ok=True)
-        text = render_prometheus_yml(self.rule_files())
+        rules = self.rule_files()
+        digest = hashlib.sha256(b"".join(r.read_bytes() for r in rules)).hexdigest()[:16]
+        # the digest makes an edited rule file count as a changed config: reload picks it up
+        text = render_prometheus_yml(rules) + f"# rule files digest: {digest}\n"
         old = self.config.read_text() if self.config.exists() else None
         self._config_changed = old != text
         candidate = self.config.with_suffix(".yml.new")

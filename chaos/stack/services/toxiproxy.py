@@ -1,5 +1,9 @@
 """Toxiproxy: the single path between leasework and postgres / redis / each Kafka broker.
 
+Each broker N has two proxies: ``kafka-N`` (api, relay) and ``kafka-N-workers`` (the
+workers, through the broker's ``WORKERS`` listener), so the workers' Kafka link can be
+cut, slowed or reset apart from the relay's.
+
 Proxy definitions live in ``toxiproxy/proxies.json`` (Toxiproxy's config/populate
 format). The server loads them with ``-config`` at start; on every ``up`` the
 supervisor also POSTs them to ``/populate`` (reconciling a server that was already
