@@ -65,9 +65,9 @@ class OutboxRelay:
         while True:
             try:
                 published, failed = await self.run_once()
-            except psycopg.Error as exc:
+            except (psycopg.Error, KafkaException) as exc:
                 published, failed = 0, 0
-                self.last_error = f"postgres: {exc}"
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
                 log.warning("outbox pass failed", extra={"error": str(exc)[:300]})
                 await trio.sleep(backoff)
@@ -179,8 +179,9 @@ async def consumer_lag_loop(settings: Settings) -> None:
             lags = await trio.to_thread.run_sync(
                 group_lag, admin, settings.consumer_group, settings.topic_ready, limiter=limiter
             )
-        except (KafkaException, KeyError) as exc:
-            log.debug("consumer lag not measured", extra={"error": str(exc)[:200]})
+        except Exception as exc:  # a metrics loop never takes the relay down
+            # (futures time out under link faults; the admin client raises several types)
+            log.debug("consumer lag not measured", extra={"error": repr(exc)[:200]})
         else:
             for partition, lag in lags.items():
                 metrics.consumer_lag.labels(str(partition)).set(lag)
