@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import trio
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 
@@ -100,28 +100,19 @@ async def run_blocking(limiter: trio.CapacityLimiter, fn, *args):
     return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
-def group_lag(admin: AdminClient, group: str, topic: str, timeout: float = 5.0) -> dict[int, int]:
-    """Messages behind the high watermark per partition for a consumer group, measured from
-    outside the group (so a worker cut off from Kafka still shows up as growing lag)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
+def group_lag(probe: Consumer, topic: str, timeout: float = 5.0) -> dict[int, int]:
+    """Messages behind the high watermark per partition for the group of ``probe``, measured
+    from outside the group (so a worker cut off from Kafka still shows up as growing lag).
 
-    metadata = admin.list_topics(topic, timeout=timeout)
-    partitions = sorted(metadata.topics[topic].partitions)
-    committed_futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], request_timeout=timeout
-    )
-    committed = {
-        tp.partition: tp.offset
-        for tp in committed_futures[group].result(timeout=timeout * 2).topic_partitions
-        if tp.topic == topic
-    }
-    latest = admin.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
-        request_timeout=timeout,
-    )
+    ``probe`` is a consumer configured with the workers' ``group.id`` that never subscribes, so
+    it reads the group's committed offsets without joining the group. Blocking: call from a
+    thread. Plain synchronous calls, no admin futures.
+    """
+    metadata = probe.list_topics(topic, timeout=timeout)
+    partitions = [TopicPartition(topic, p) for p in sorted(metadata.topics[topic].partitions)]
+    committed = {tp.partition: tp.offset for tp in probe.committed(partitions, timeout=timeout)}
     lag: dict[int, int] = {}
-    for tp, future in latest.items():
-        high = future.result(timeout=timeout * 2).offset
+    for tp in partitions:
+        _low, high = probe.get_watermark_offsets(tp, timeout=timeout, cached=False)
         lag[tp.partition] = max(0, high - max(0, committed.get(tp.partition, 0)))
     return lag

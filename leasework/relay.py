@@ -13,8 +13,7 @@ import time
 
 import psycopg
 import trio
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaException
 
 from leasework import metrics, store
 from leasework.config import Settings
@@ -170,14 +169,19 @@ async def outbox_gauge_loop(db: Database) -> None:
 
 async def consumer_lag_loop(settings: Settings) -> None:
     """Export the workers' consumer-group lag per partition, measured by the relay."""
-    admin = AdminClient(
-        {"bootstrap.servers": ",".join(settings.kafka_brokers), "client.id": "relay-lag"}
+    probe = Consumer(
+        {
+            "bootstrap.servers": ",".join(settings.kafka_brokers),
+            "client.id": f"{settings.process_name}-lag",
+            "group.id": settings.consumer_group,  # read its offsets; never subscribes
+            "enable.auto.commit": False,
+        }
     )
     limiter = trio.CapacityLimiter(1)
     while True:
         try:
             lags = await trio.to_thread.run_sync(
-                group_lag, admin, settings.consumer_group, settings.topic_ready, limiter=limiter
+                group_lag, probe, settings.topic_ready, limiter=limiter
             )
         except Exception as exc:  # a metrics loop never takes the relay down
             # (futures time out under link faults; the admin client raises several types)
