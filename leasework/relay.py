@@ -8,17 +8,19 @@ the worker's skip of finished jobs makes harmless.
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
 
 import psycopg
 import trio
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 
 from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
-from leasework.kafka import BlockingPublisher, group_lag
+from leasework.kafka import BlockingPublisher
 from leasework.service import Stopping
 
 log = logging.getLogger("leasework.relay")
@@ -168,27 +170,29 @@ async def outbox_gauge_loop(db: Database) -> None:
 
 
 async def consumer_lag_loop(settings: Settings) -> None:
-    """Export the workers' consumer-group lag per partition, measured by the relay."""
-    probe = Consumer(
-        {
-            "bootstrap.servers": ",".join(settings.kafka_brokers),
-            "client.id": f"{settings.process_name}-lag",
-            "group.id": settings.consumer_group,  # read its offsets; never subscribes
-            "enable.auto.commit": False,
-        }
-    )
-    limiter = trio.CapacityLimiter(1)
+    """Export the workers' consumer-group lag per partition, measured from outside the group
+    by a short-lived child process (see :mod:`leasework.lagprobe` for why a child)."""
+    command = [
+        sys.executable,
+        "-m",
+        "leasework.lagprobe",
+        ",".join(settings.kafka_brokers),
+        settings.consumer_group,
+        settings.topic_ready,
+    ]
     while True:
-        try:
-            lags = await trio.to_thread.run_sync(
-                group_lag, probe, settings.topic_ready, limiter=limiter
+        with trio.move_on_after(20):
+            result = await trio.run_process(
+                command, capture_stdout=True, capture_stderr=True, check=False
             )
-        except Exception as exc:  # a metrics loop never takes the relay down
-            # (futures time out under link faults; the admin client raises several types)
-            log.debug("consumer lag not measured", extra={"error": repr(exc)[:200]})
-        else:
-            for partition, lag in lags.items():
-                metrics.consumer_lag.labels(str(partition)).set(lag)
+            if result.returncode == 0:
+                for partition, lag in json.loads(result.stdout).items():
+                    metrics.consumer_lag.labels(str(partition)).set(lag)
+            else:
+                log.debug(
+                    "consumer lag not measured",
+                    extra={"returncode": result.returncode, "stderr": result.stderr[-300:]},
+                )
         await trio.sleep(5.0)
 
 
