@@ -92,3 +92,12 @@ bench jobs="1000": bootstrap
 # a real duplicate under a plain TTL lease, and none under the fence (see docs/failure-modes.md)
 demo-fence: bootstrap
     {{python}} -m chaos.demo_fence
+
+# run chaos scenarios against the live stack (all when no NAME), e.g. `just chaos b-worker-sigstop`
+chaos *names: bootstrap
+    {{stack}} up
+    {{python}} -m chaos run {{names}}
+
+# list the chaos scenarios
+chaos-list: bootstrap
+    {{python}} -m chaos list

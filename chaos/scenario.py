@@ -41,6 +41,7 @@ A scenario file (``scenarios/*.toml``)::
     expect_doubled = false         # true for the unsafe run: it must show duplicate effects
     min_redeliveries = 0           # evidence the fault hit running jobs (checked by the runner)
     min_unknown_landed = 0         # evidence of unknown submits that landed (ditto)
+    min_duplicate_messages = 0     # evidence of outbox rows produced twice (ditto)
 
 Loading is strict: an unknown key, a wrong type or a value out of range raises
 :class:`ScenarioError` naming the file and the field (``faults[1].target``).
@@ -81,9 +82,22 @@ REDIS_FAULTS: tuple[str, ...] = ("redis_restart", "redis_flushall")
 FAULTS: tuple[str, ...] = TOXIC_FAULTS + PROCESS_FAULTS + KAFKA_FAULTS + REDIS_FAULTS
 
 # toxiproxy proxies (toxiproxy/proxies.json) and the leasework processes of the local stack
-PROXIES: tuple[str, ...] = ("postgres", "redis", "kafka-1", "kafka-2", "kafka-3")
+# kafka-N carries the api's and the relay's Kafka traffic, kafka-N-workers the workers' (each
+# broker advertises the proxy of the listener a client came in through)
+PROXIES: tuple[str, ...] = (
+    "postgres",
+    "redis",
+    "kafka-1",
+    "kafka-2",
+    "kafka-3",
+    "kafka-1-workers",
+    "kafka-2-workers",
+    "kafka-3-workers",
+)
 PROCESSES: tuple[str, ...] = ("worker-1", "worker-2", "relay", "api")
 KAFKA_NODES: tuple[str, ...] = ("kafka-1", "kafka-2", "kafka-3")
+# a kafka_kill target resolved when the fault starts: the workers' group coordinator
+KAFKA_COORDINATOR = "coordinator"
 
 _PROCESS = re.compile(r"^(worker|relay|api)(-[1-9][0-9]*)?$")
 
@@ -149,9 +163,12 @@ def target_problem(fault: str, target: str | None) -> str | None:
             return None
         return f"{target!r} is not a leasework process; expected one of {', '.join(PROCESSES)}"
     if kind == "kafka":
-        if target in KAFKA_NODES:
+        if target in KAFKA_NODES or target == KAFKA_COORDINATOR:
             return None
-        return f"{target!r} is not a Kafka node; expected one of {', '.join(KAFKA_NODES)}"
+        return (
+            f"{target!r} is not a Kafka node; expected one of {', '.join(KAFKA_NODES)}, or "
+            f"{KAFKA_COORDINATOR!r} for the broker coordinating the workers' consumer group"
+        )
     if target in (None, "redis"):
         return None
     return f"{target!r}: {fault} acts on Redis itself; leave target out or write 'redis'"
@@ -243,6 +260,7 @@ class Expectations:
     # evidence that the fault really hit (checked by the runner, so no run passes vacuously):
     min_redeliveries: int = 0  # jobs run again after an attempt that did not fail by itself
     min_unknown_landed: int = 0  # submits whose outcome was unknown yet created their job
+    min_duplicate_messages: int = 0  # outbox rows produced to Kafka more than once
 
 
 @dataclass(frozen=True)
@@ -477,6 +495,7 @@ def _expectations(table: _Table | None) -> Expectations:
         expect_doubled=table.boolean("expect_doubled", False),
         min_redeliveries=table.number("min_redeliveries", 0, integer=True),
         min_unknown_landed=table.number("min_unknown_landed", 0, integer=True),
+        min_duplicate_messages=table.number("min_duplicate_messages", 0, integer=True),
     )
     table.done()
     return expect

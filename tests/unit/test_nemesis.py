@@ -90,7 +90,9 @@ def test_per_process_links_and_their_environment():
 def test_affected_names_every_process_a_shared_link_carries():
     assert all(p in affected("latency", "postgres") for p in ("api", "relay", "worker-1"))
     assert "only workers" in affected("link_down", "redis")
-    assert "relay" in affected("reset_peer", "kafka-2")
+    assert affected("reset_peer", "kafka-2").startswith("relay")
+    assert "offset commits" in affected("reset_peer", "kafka-2-workers")
+    assert "worker-1" not in affected("reset_peer", "kafka-2")
     assert affected("latency", "worker-1/redis").startswith("worker-1 only")
     assert affected("sigstop", "api") == "api only"
 
@@ -230,6 +232,58 @@ async def test_every_fault_starts_and_heals_and_is_recorded():
     assert all(w.stop is not None for w in windows)
 
 
+class BusyLater:
+    """A sampler whose worker runs its first job on the third scrape."""
+
+    def __init__(self) -> None:
+        self.scrapes = 0
+
+    async def scrape(self, process):
+        self.scrapes += 1
+        return {"leasework_jobs_in_flight": 2.0 if self.scrapes >= 3 else 0.0}
+
+    async def sample(self, process):
+        return await self.scrape(process)
+
+
+async def test_a_heal_that_fails_once_is_retried(monkeypatch):
+    monkeypatch.setattr("chaos.nemesis.HEAL_RETRY_PAUSE", 0.0)
+
+    class Flaky(FakeStack):
+        def start(self, name, extra_env=None, wait=True, timeout=None):
+            self._do("start", name, extra_env)
+            if sum(1 for c in self.calls if c[0] == "start") == 1:
+                raise RuntimeError("redis: not running")
+
+    n, stack, _, recorder = nemesis(Flaky())
+    injection = await n.inject(spec("redis_restart", "redis", duration=0.0))
+    await n.heal(injection)
+    assert injection.healed and injection.stop_error is None
+    assert injection.heal_failures == ["RuntimeError: redis: not running"]
+    assert [op.type for op in recorder.ops] == ["invoke", "ok", "invoke", "ok"]
+
+
+async def test_a_worker_is_hit_mid_job():
+    n, stack, _, _ = nemesis()
+    n.sampler = BusyLater()  # type: ignore[assignment]
+    injection = await n.inject(spec("sigkill", "worker-2"))
+    assert injection.in_flight == 2.0 and injection.waited > 0
+    assert stack.calls == [("kill", "worker-2", signal.SIGKILL)]
+    relay = await n.inject(spec("sigkill", "relay"))  # not a worker: no waiting
+    assert relay.in_flight is None and relay.waited == 0.0
+
+
+async def test_the_coordinator_target_is_resolved_when_the_fault_starts(monkeypatch):
+    monkeypatch.setattr("chaos.nemesis.coordinator_broker", lambda: "kafka-3")
+    n, stack, _, recorder = nemesis()
+    injection = await n.inject(spec("kafka_kill", "coordinator"))
+    await n.heal(injection)
+    assert injection.target == "kafka-3" and injection.to_dict()["planned_target"] == "coordinator"
+    assert stack.calls[:2] == [("kill", "kafka-3", signal.SIGKILL), ("start", "kafka-3", None)]
+    (window,) = fault_windows(recorder.ops)
+    assert (window.target, window.stop is not None) == ("kafka-3", True)
+
+
 async def test_a_fault_that_fails_to_start_is_recorded_info_and_still_healed():
     stack = FakeStack(fail={"kill"})
     n, stack, _, recorder = nemesis(stack)
@@ -241,7 +295,10 @@ async def test_a_fault_that_fails_to_start_is_recorded_info_and_still_healed():
     assert stack.calls[-1] == ("start", "worker-1", None)
 
 
-async def test_heal_all_heals_what_is_left_newest_first_and_reports_what_would_not_heal():
+async def test_heal_all_heals_what_is_left_newest_first_and_reports_what_would_not_heal(
+    monkeypatch,
+):
+    monkeypatch.setattr("chaos.nemesis.HEAL_RETRY_PAUSE", 0.0)
     stack = FakeStack(fail={"resume"})
     n, stack, toxiproxy, _ = nemesis(stack)
     await n.inject(spec("sigstop", "worker-1"))
@@ -295,6 +352,27 @@ def test_harness_demands_evidence_that_the_fault_hit():
     (p,) = harness_problems(dup, V(), VIEW, [], [], MessageView(10, 0, 0))  # type: ignore[arg-type]
     assert "produced twice" in p.message
     assert harness_problems(dup, V(), VIEW, [], [], MessageView(10, 2, 1)) == []  # type: ignore[arg-type]
+
+
+def test_an_expected_alert_already_firing_at_the_start_proves_nothing():
+    scenario = scenario_with('alerts = ["LeaseworkFenceRejections", "LeaseworkRelayStalled"]\n')
+    problems = harness_problems(
+        scenario, V(), VIEW, [], [], firing_at_start={"LeaseworkFenceRejections"}
+    )  # type: ignore[arg-type]
+    assert len(problems) == 1 and problems[0].valid == UNKNOWN
+    assert "LeaseworkFenceRejections" in problems[0].message
+    unknown = harness_problems(scenario, V(), VIEW, [], [], firing_at_start=None)  # type: ignore[arg-type]
+    assert len(unknown) == 2
+
+
+def test_another_user_of_the_stack_makes_the_run_unknown():
+    scenario = scenario_with("")
+    (problem,) = harness_problems(
+        scenario, V(), VIEW, [], [], meddling=["worker-1 was restarted (pid 1 -> 2) by no fault"]
+    )  # type: ignore[arg-type]
+    assert problem.kind == "interference" and problem.valid == UNKNOWN
+    (crash,) = harness_problems(scenario, V(), VIEW, [], [], crashed=["relay died"])  # type: ignore[arg-type]
+    assert crash.kind == "crash" and crash.valid is False
 
 
 def test_harness_bounds_the_drain_and_holds_the_api_to_its_503():

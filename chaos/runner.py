@@ -1,0 +1,1115 @@
+"""The chaos runner: one scenario from a healthy stack to a verdict and a report.
+
+For each scenario:
+
+1. **Baseline.** Toxics removed, the harness's private proxies deleted, every service
+   running, un-paused and ready with its normal environment, Kafka's ISR complete.
+2. **Setup.** Private proxies for per-process links; workers restarted in the unsafe lease
+   mode when the scenario turns fencing off; processes restarted pointing at their private
+   proxies.
+3. **Run.** The workload (:mod:`chaos.workload`) and the fault schedule
+   (:mod:`chaos.nemesis`) run side by side in one nursery, while the processes' counters are
+   scraped every second. Whatever happens (an error, Ctrl-C), every fault is healed
+   (``finally``, shielded from cancellation).
+4. **Quiet.** Wait until every job of the run is terminal and no worker has a job in flight
+   (twice in a row, one second apart), or the scenario's quiet timeout passes.
+5. **Check.** Read ``jobs``, ``effects`` and ``attempts`` straight from Postgres (port 15433,
+   not the proxy) and the run's messages straight from Kafka (inter-broker listeners), run
+   the pure checker, judge against the scenario's expectations plus the harness's own
+   checks: evidence that the fault hit (redeliveries, unknown submits that landed, messages
+   produced twice), the backlog drain bound, faults that could not be injected or healed, an
+   API that said "nothing was written" and had written, a leasework process that died with
+   no fault killing it (a crash), and signs that something else drove the shared stack
+   meanwhile (a restart no fault made, a process without the run's environment).
+6. **Report** under ``reports/chaos/<timestamp>/<scenario>/``: ``report.json``,
+   ``report.md``, ``timeline.svg``, ``history.jsonl``, and ``tables.json`` (the rows the
+   checker saw, so a run can be checked again offline).
+7. **Restore** (``finally``): processes back to their normal environment, private proxies
+   deleted, toxics reset, every service up and ready.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import signal
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import trio
+from psycopg.rows import dict_row
+
+from chaos import alerts
+from chaos.checker import UNKNOWN, Judgement, Problem, Verdict, check, judge, merge_valid
+from chaos.history import HistoryWriter, Op, Recorder
+from chaos.nemesis import (
+    COUNTERS,
+    CounterTracker,
+    Injection,
+    MetricsSampler,
+    Nemesis,
+    StackCalls,
+    Toxiproxy,
+    link_proxies,
+    link_targets,
+    process_envs,
+)
+from chaos.report import (
+    REPORT_JSON,
+    REPORT_MD,
+    SummaryRow,
+    passed_text,
+    summary_row,
+    summary_row_from_report,
+    summary_table,
+    validity_text,
+    write_report,
+)
+from chaos.scenario import Scenario, load_scenarios, plan_submits
+from chaos.stack import Stack, procs
+from chaos.stack.layout import KAFKA_DIRECT_BOOTSTRAP
+from chaos.stack.procs import read_environ
+from chaos.workload import (
+    ClientView,
+    Drain,
+    MessageView,
+    Workload,
+    backlog_drain,
+    client_view,
+    message_view,
+)
+from leasework.states import TERMINAL
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS_DIR = REPO / "scenarios"
+REPORTS_DIR = REPO / "reports" / "chaos"
+API_URL = "http://127.0.0.1:8080"
+DIRECT_DSN = "postgresql://leasework:leasework@127.0.0.1:15433/leasework"
+UNSAFE_ENV: dict[str, str] = {
+    "LEASEWORK_LEASE_MODE": "unsafe-plain-ttl",
+    "LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS": "yes",
+}
+# variables the harness may change for a run; a process whose value differs from the
+# stack's normal one is restarted by the baseline step
+RUN_ENV_KEYS = (
+    "LEASEWORK_LEASE_MODE",
+    "LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS",
+    "LEASEWORK_REDIS_ADDR",
+    "LEASEWORK_POSTGRES_DSN",
+    "LEASEWORK_KAFKA_BROKERS",
+)
+RETRY_GRACE = 45.0  # submits keep retrying this long after the last fault is healed
+QUIET_POLL = 1.0
+RESTORE_TIMEOUT = 300.0
+SETTLE_TIMEOUT = 90.0
+ALERT_PATIENCE = 60.0  # how long to wait after quiet for an expected alert to fire
+
+Say = Callable[[str], None]
+
+
+def stderr_say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    directory: Path
+    verdict: Verdict | None
+    judgement: Judgement | None
+    seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool | str:
+        if self.error is not None or self.judgement is None:
+            return False
+        return self.judgement.passed
+
+
+# ---------------------------------------------------------------- the stack, blocking side
+
+
+def env_deviations(stack: Stack, name: str, pid: int) -> list[str]:
+    """RUN_ENV_KEYS whose value in the running process differs from its normal one."""
+    actual = read_environ(pid)
+    if actual is None:
+        return []
+    normal = stack.app_env(name)
+    return [k for k in RUN_ENV_KEYS if actual.get(k) != normal.get(k)]
+
+
+def baseline(stack: Stack) -> list[str]:
+    """Bring every service to its normal state (blocking; run in a thread). Returns what it
+    had to do."""
+    done: list[str] = []
+    for name in stack.names("infra"):
+        if not stack.is_running(name):
+            stack.start(name, timeout=SETTLE_TIMEOUT)
+            done.append(f"started {name}")
+    for name in stack.names("app"):
+        pid = stack.pid(name)
+        if pid is not None:
+            stack.resume(name)  # harmless unless it was left paused
+            deviations = env_deviations(stack, name, pid)
+            if deviations:
+                stack.stop(name)
+                pid = None
+                done.append(f"restarted {name} with its normal {', '.join(deviations)}")
+        if pid is None:
+            stack.start(name, timeout=SETTLE_TIMEOUT)
+            if not done or not done[-1].startswith(f"restarted {name}"):
+                done.append(f"started {name}")
+    for name in stack.names("app"):
+        stack.wait_ready(name, timeout=SETTLE_TIMEOUT)
+    stack.wait_kafka_cluster(120.0)
+    return done
+
+
+def app_pids(stack: Stack) -> dict[str, int | None]:
+    return {name: stack.pid(name) for name in stack.names("app")}
+
+
+def exit_status(stack: Stack, name: str) -> str | None:
+    """How a process this harness started (its parent is this process) ended, if it has:
+    ``killed by SIGSEGV``, ``exit status 1``. Best effort: None when unknown (blocking)."""
+    pid = procs.read_pidfile(stack.layout.pidfile(name))
+    # the stack keeps the Popen of every child it spawned, to reap it
+    child = procs._children.get(pid) if pid is not None else None
+    if child is None:
+        return None
+    code = child.poll()
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def interference(
+    stack: Stack,
+    before: Mapping[str, int | None],
+    envs: Mapping[str, Mapping[str, str]],
+    restarted_by_nemesis: set[str],
+) -> tuple[list[str], list[str]]:
+    """After a run (blocking): leasework processes that died on their own (not running, and
+    no heal restarted them), and signs that something other than this run changed the
+    processes meanwhile (another user of the shared stack): a restart no fault made, or a
+    process running without the environment this run gave it."""
+    exits = {name: exit_status(stack, name) for name in stack.names("app")}
+    crashed, meddled = [], []
+    for name, pid in app_pids(stack).items():
+        if pid is None:
+            how = f" ({exits[name]})" if exits.get(name) else ""
+            last = [line for line in stack.logs(name, 40).splitlines() if line.strip()]
+            hint = next((ln for ln in reversed(last) if not ln.lstrip().startswith("{")), "")
+            crashed.append(
+                f"{name} was not running at the end of the run: it exited{how} without a "
+                f"fault killing it, and nothing restarted it"
+                + (f" (last non-JSON log line: {hint.strip()[:200]})" if hint else "")
+            )
+            continue
+        if pid != before.get(name) and name not in restarted_by_nemesis:
+            meddled.append(f"{name} was restarted (pid {before.get(name)} -> {pid}) by no fault")
+        wanted = envs.get(name, {})
+        actual = read_environ(pid) if wanted else None
+        if actual is not None:
+            wrong = [k for k, v in wanted.items() if actual.get(k) != v]
+            if wrong:
+                meddled.append(f"{name} ran without this run's {', '.join(wrong)}")
+    return crashed, meddled
+
+
+def restart_with(stack: Stack, name: str, env: Mapping[str, str]) -> None:
+    stack.stop(name)
+    stack.start(name, extra_env=dict(env) or None, timeout=SETTLE_TIMEOUT)
+
+
+# ---------------------------------------------------------------- Postgres, direct
+
+
+def _like(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%"
+
+
+def pending_jobs(prefix: str) -> dict[str, int]:
+    """Jobs of the run that are not terminal yet, by status (blocking)."""
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
+        rows = conn.execute(
+            "SELECT status, count(*) AS n FROM jobs WHERE idempotency_key LIKE %s GROUP BY status",
+            (_like(prefix),),
+        ).fetchall()
+    return {r["status"]: r["n"] for r in rows if r["status"] not in TERMINAL}
+
+
+def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """The run's rows of ``jobs``, ``effects`` and ``attempts`` (blocking)."""
+    like = _like(prefix)
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
+        jobs = conn.execute(
+            "SELECT id::text AS id, type, status, attempt, max_attempts, idempotency_key, "
+            "run_at, started_at, finished_at, created_at, last_error "
+            "FROM jobs WHERE idempotency_key LIKE %s ORDER BY created_at, id",
+            (like,),
+        ).fetchall()
+        effects = conn.execute(
+            "SELECT e.job_id::text AS job_id, e.fence, e.kind FROM effects e "
+            "JOIN jobs j ON j.id = e.job_id WHERE j.idempotency_key LIKE %s ORDER BY e.id",
+            (like,),
+        ).fetchall()
+        attempts = conn.execute(
+            "SELECT a.job_id::text AS job_id, a.attempt, a.fence, a.worker, a.started_at, "
+            "a.outcome FROM attempts a JOIN jobs j ON j.id = a.job_id "
+            "WHERE j.idempotency_key LIKE %s ORDER BY a.id",
+            (like,),
+        ).fetchall()
+    return {"jobs": jobs, "effects": effects, "attempts": attempts}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def save_tables(path: Path, tables: Mapping[str, Any], run_started_at: datetime) -> None:
+    data = {"run_started_at": run_started_at.isoformat(), **tables}
+    path.write_text(json.dumps(data, default=_jsonable) + "\n", encoding="utf-8")
+
+
+def load_tables(path: Path) -> dict[str, Any]:
+    """``tables.json`` of a report directory: run_started_at, jobs, effects, attempts."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- Kafka, direct
+
+READY_TOPIC = "jobs.ready"
+
+
+def _kafka_consumer() -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            # the inter-broker listeners: no proxy, so toxics never hide a message
+            "bootstrap.servers": KAFKA_DIRECT_BOOTSTRAP,
+            "group.id": f"chaos-harness-{uuid.uuid4().hex[:8]}",  # assign() only, never joins
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+
+
+def topic_end_offsets(topic: str = READY_TOPIC) -> dict[int, int]:
+    """High watermark of every partition (blocking)."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _kafka_consumer()
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+def topic_messages(
+    start: Mapping[int, int], topic: str = READY_TOPIC, patience: float = 60.0
+) -> list[dict[str, Any]]:
+    """Every message from ``start`` (partition -> offset) to the current end (blocking)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    ends = topic_end_offsets(topic)
+    todo = {p for p, end in ends.items() if end > start.get(p, 0)}
+    consumer = _kafka_consumer()
+    values: list[dict[str, Any]] = []
+    try:
+        if not todo:
+            return values
+        consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in sorted(todo)])
+        deadline = time.monotonic() + patience
+        while todo and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            partition = message.partition()
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    todo.discard(partition)
+                continue
+            if message.offset() >= ends[partition] - 1:
+                todo.discard(partition)
+            if message.offset() >= ends[partition]:
+                continue
+            try:
+                value = json.loads(message.value() or b"")
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                values.append(value)
+        if todo:
+            raise TimeoutError(f"partitions {sorted(todo)} not read to their end in time")
+        return values
+    finally:
+        consumer.close()
+
+
+# ---------------------------------------------------------------- Prometheus alerts
+
+
+async def firing_now() -> set[str] | None:
+    try:
+        return await trio.to_thread.run_sync(alerts.firing_now)
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+async def fired_during(expected: Sequence[str], start_epoch: float) -> dict[str, float] | None:
+    """Alert name -> first Unix time it was firing since ``start_epoch``; waits up to
+    ALERT_PATIENCE for the expected ones. None when Prometheus cannot be asked."""
+    try:
+        if expected:
+            wait = functools.partial(
+                alerts.wait_for_alerts, set(expected), start_epoch, ALERT_PATIENCE
+            )
+            return await trio.to_thread.run_sync(wait)
+        return await trio.to_thread.run_sync(alerts.fired_between, start_epoch, time.time())
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+# ---------------------------------------------------------------- quiet
+
+
+@dataclass
+class Quiet:
+    reached: bool
+    at: float  # history time
+    waited: float
+    pending: dict[str, int]
+    in_flight: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+async def wait_quiet(
+    recorder_now: Callable[[], float],
+    prefix: str,
+    sampler: MetricsSampler,
+    patience: float,
+) -> Quiet:
+    """Until every job of the run is terminal and no worker runs a job, seen twice in a
+    row; or ``patience`` seconds."""
+    started = trio.current_time()
+    stable = 0
+    pending: dict[str, int] = {}
+    in_flight = 0.0
+    while True:
+        try:
+            pending = await trio.to_thread.run_sync(pending_jobs, prefix)
+        except psycopg.Error as exc:
+            pending = {f"unreadable: {exc}"[:80]: 1}
+        in_flight, _silent = await sampler.in_flight()
+        stable = stable + 1 if not pending and in_flight == 0 else 0
+        waited = trio.current_time() - started
+        if stable >= 2:
+            return Quiet(True, recorder_now(), round(waited, 3), {}, 0.0)
+        if waited >= patience:
+            return Quiet(False, recorder_now(), round(waited, 3), pending, in_flight)
+        await trio.sleep(QUIET_POLL)
+
+
+# ---------------------------------------------------------------- judging
+
+
+def harness_problems(
+    scenario: Scenario,
+    verdict: Verdict,
+    view: ClientView,
+    drains: Sequence[Drain],
+    injections: Sequence[Injection],
+    messages: MessageView | None = None,
+    firing_at_start: set[str] | None = None,
+    meddling: Sequence[str] = (),
+    crashed: Sequence[str] = (),
+) -> list[Problem]:
+    """The runner's own checks, on top of :func:`chaos.checker.judge`."""
+    problems: list[Problem] = []
+    expect = scenario.expect
+    for what in crashed:
+        problems.append(Problem("crash", False, f"crash: {what}"))
+    for what in meddling:
+        problems.append(
+            Problem(
+                "interference",
+                UNKNOWN,
+                f"interference: {what}; something else drove the shared stack during the "
+                "run, so it does not show what the scenario claims",
+            )
+        )
+    for injection in injections:
+        spec = injection.spec
+        if injection.start_error:
+            problems.append(
+                Problem(
+                    "nemesis",
+                    UNKNOWN,
+                    f"nemesis: {spec.label} at t={spec.at:g}s was not injected as planned "
+                    f"({injection.start_error}); the run does not show what it claims",
+                )
+            )
+        if injection.started and not injection.healed:
+            problems.append(
+                Problem(
+                    "nemesis",
+                    UNKNOWN,
+                    f"nemesis: {spec.label} could not be healed ({injection.stop_error})",
+                )
+            )
+    if view.failed_then_replayed:
+        keys = ", ".join(view.failed_then_replayed[:5])
+        problems.append(
+            Problem(
+                "api_contract",
+                False,
+                f"api_contract: {len(view.failed_then_replayed)} submit(s) were answered 503 "
+                f"'nothing was written' yet had created their job (a retry got it back as a "
+                f"replay): {keys}",
+            )
+        )
+    bound = expect.recovery_seconds
+    if bound is not None:
+        for drain in drains:
+            label = f"{drain.fault} {drain.target}" if drain.target else drain.fault
+            if drain.seconds is not None and drain.seconds > bound:
+                problems.append(
+                    Problem(
+                        "drain",
+                        False,
+                        f"drain: the backlog of {label} (healed at t={drain.stopped:.1f}s) "
+                        f"took {drain.seconds:.1f}s to finish; bound {bound:g}s",
+                    )
+                )
+    if verdict.redeliveries < expect.min_redeliveries:
+        problems.append(
+            Problem(
+                "evidence",
+                UNKNOWN,
+                f"evidence: {verdict.redeliveries} redelivered job(s), at least "
+                f"{expect.min_redeliveries} expected: the faults did not hit running jobs, so "
+                "the run shows nothing about them",
+            )
+        )
+    if view.unknown_landed < expect.min_unknown_landed:
+        problems.append(
+            Problem(
+                "evidence",
+                UNKNOWN,
+                f"evidence: {view.unknown_landed} submit(s) with an unknown outcome landed, "
+                f"at least {expect.min_unknown_landed} expected: the fault did not produce "
+                "the ambiguity it is meant to",
+            )
+        )
+    for name in expect.alerts:
+        if firing_at_start is None or name in firing_at_start:
+            why = "could not be read" if firing_at_start is None else "was already firing"
+            problems.append(
+                Problem(
+                    "alerts",
+                    UNKNOWN,
+                    f"alerts: {name}: the set of alerts firing when the run started {why}; "
+                    "this run cannot show that its faults tripped it",
+                )
+            )
+    if expect.min_duplicate_messages:
+        seen = messages.duplicate_messages if messages is not None else None
+        if seen is None or seen < expect.min_duplicate_messages:
+            problems.append(
+                Problem(
+                    "evidence",
+                    UNKNOWN,
+                    f"evidence: {'unknown' if seen is None else seen} message(s) produced twice, "
+                    f"at least {expect.min_duplicate_messages} expected: no kill landed between "
+                    "producing and marking published",
+                )
+            )
+    return problems
+
+
+def full_judgement(base: Judgement, extra: Sequence[Problem]) -> Judgement:
+    """The checker's judgement with the harness's own problems added."""
+    passed = merge_valid(base.passed, *(p.valid for p in extra))
+    return Judgement(passed, base.problems + tuple(p.message for p in extra))
+
+
+# ---------------------------------------------------------------- the report's run section
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value).replace("|", "\\|")
+
+
+def details_markdown(details: Mapping[str, Any]) -> str:
+    """The harness's section of report.md: what was done and what the system did."""
+    lines = ["## What the harness did", ""]
+    setup = details["setup"]
+    lines.append(
+        f"Key prefix `{details['key_prefix']}`, workload seed {details['seed']}, "
+        f"lease mode {details['lease_mode']}."
+    )
+    for action in setup["baseline"]:
+        lines.append(f"- baseline: {action}")
+    for name, env in setup["process_env"].items():
+        lines.append(f"- {name} started with {', '.join(f'{k}={v}' for k, v in env.items())}")
+    for link in setup["links"]:
+        lines.append(
+            f"- private proxy `{link['name']}` on port {link['port']} for {link['process']}'s "
+            f"{link['proxy']} link"
+        )
+    lines += ["", "### Faults", ""]
+    lines.append(
+        "| # | fault | target | params | started (s) | healed (s) | affects | jobs in flight "
+        "| errors |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for i, inj in enumerate(details["faults"], start=1):
+        params = ", ".join(f"{k}={v}" for k, v in inj["params"].items()) or "–"
+        errors = "; ".join(e for e in (inj["start_error"], inj["stop_error"]) if e) or "–"
+        retried = len(inj.get("heal_failures") or ()) - (1 if inj["stop_error"] else 0)
+        if retried > 0:
+            errors += f" (heal retried {retried}x: {inj['heal_failures'][0].splitlines()[0]})"
+        busy = "–"
+        if inj.get("in_flight") is not None:
+            busy = f"{inj['in_flight']:g} (waited {inj['waited_for_a_job']:.1f}s)"
+        lines.append(
+            f"| {i} | {inj['fault']} | {_fmt(inj['target'])} | {_fmt(params)} | "
+            f"{_fmt(inj['started_at'])} | {_fmt(inj['healed_at'])} | {_fmt(inj['affects'])} | "
+            f"{busy} | {_fmt(errors)} |"
+        )
+    if not details["faults"]:
+        lines.append("| – | none | | | | | | | |")
+    client = details["client"]
+    view = details["client_view"]
+    lines += ["", "### The client", ""]
+    lines.append("| measure | value |")
+    lines.append("|---|---|")
+    rows = [
+        ("submits planned", client["planned"]),
+        ("keys submitted", client["keys_invoked"]),
+        ("HTTP attempts", client["attempts"]),
+        ("keys acknowledged (202)", client["acknowledged"]),
+        ("keys retried", view["retried_keys"]),
+        ("keys with an unknown (info) attempt", view["unknown_keys"]),
+        ("… which landed (job in the table)", view["unknown_landed"]),
+        ("… … proven by an idempotent replay", view["unknown_replayed"]),
+        ("… which never landed", view["unknown_not_landed"]),
+        ("most jobs under one key", view["jobs_per_key_max"]),
+        ("503 'nothing was written' that had written", len(view["failed_then_replayed"])),
+        ("keys given up (still unresolved)", client["given_up"]),
+        ("worst submit lag behind schedule (s)", client["late_start"]),
+    ]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
+    lines += [
+        "",
+        "Attempt outcomes: "
+        + (", ".join(f"{k}: {v}" for k, v in client["by_reason"].items()) or "none"),
+        "",
+    ]
+    lines += ["### The system", ""]
+    lines.append("| counter (sum over processes and restarts, lower bound) | value |")
+    lines.append("|---|---|")
+    for name, value in details["counters"].items():
+        lines.append(f"| `{name}` | {value:g} |")
+    kafka = details.get("kafka")
+    lines.append("")
+    if kafka:
+        lines.append(
+            f"Kafka `jobs.ready` (read directly after the run): {kafka['messages']} message(s) "
+            f"for this run's jobs, {kafka['duplicate_messages']} produced more than once "
+            f"({kafka['jobs_with_duplicates']} job(s))."
+        )
+    else:
+        lines.append("Kafka `jobs.ready` could not be read; no message count.")
+    alert_info = details.get("alerts") or {}
+    fired_alerts = alert_info.get("fired")
+    if fired_alerts is None:
+        lines.append("Prometheus alerts could not be read.")
+    else:
+        shown = ", ".join(f"{n} (t={t:g}s)" for n, t in fired_alerts.items()) or "none"
+        already = ", ".join(alert_info.get("firing_at_start") or []) or "none"
+        lines.append(
+            f"Prometheus alerts firing during the run: {shown}; already firing when it "
+            f"started: {already}."
+        )
+    lines += ["", "### Recovery", ""]
+    lines.append(
+        "First finish: the checker's time from the heal to the first job finished after it. "
+        "Drained: the harness's time from the heal until every job created and due before it "
+        "had finished."
+    )
+    lines += ["", "| fault | target | healed (s) | first finish (s) | drained (s) | jobs |"]
+    lines.append("|---|---|---|---|---|---|")
+    for r in details["recovery"]:
+        lines.append(
+            f"| {r['fault']} | {_fmt(r['target'])} | {_fmt(r['stopped'])} | "
+            f"{_fmt(r['first_finish'])} | {_fmt(r['drained'])} | {_fmt(r['jobs'])} |"
+        )
+    quiet = details["quiet"]
+    lines += [""]
+    for line in details.get("crashed") or ():
+        lines.append(f"**Crashed:** {line}")
+    for line in details.get("interference") or ():
+        lines.append(f"**Interference:** {line}")
+    if quiet["reached"]:
+        lines.append(f"Quiet at t={quiet['at']:.1f}s after waiting {quiet['waited']:.1f}s.")
+    else:
+        lines.append(
+            f"NOT quiet after {quiet['waited']:.1f}s: pending {quiet['pending']}, "
+            f"{quiet['in_flight']:g} job(s) in flight; the tables were read anyway."
+        )
+    lines.append(
+        f"Run took {details['seconds']:.0f}s (workload {details['workload_seconds']:.0f}s)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def recovery_rows(verdict: Verdict, drains: Sequence[Drain]) -> list[dict[str, Any]]:
+    rows = []
+    drain_by = {(d.fault, d.target, d.stopped): d for d in drains}
+    for r in verdict.recovery:
+        d = drain_by.get((r.fault, r.target, r.stopped)) if r.stopped is not None else None
+        rows.append(
+            {
+                "fault": r.fault,
+                "target": r.target,
+                "stopped": r.stopped,
+                "first_finish": r.seconds,
+                "drained": d.seconds if d else None,
+                "jobs": d.jobs if d else None,
+            }
+        )
+    return rows
+
+
+def result_text(verdict: Verdict, judgement: Judgement | None) -> str:
+    """The summary's result cell: the checker's verdict and the scenario's expectations
+    (they differ for the unsafe run, whose expectations require an invalid history)."""
+    text = f"checker {validity_text(verdict.valid)}"
+    if judgement is not None:
+        text += f"; expectations {passed_text(judgement.passed)}"
+    return text
+
+
+def recovery_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The summary table's recovery cell: worst first finish, worst drain."""
+    if not rows:
+        return "–"
+    first = [r["first_finish"] for r in rows if r["first_finish"] is not None]
+    drained = [r["drained"] for r in rows if r["drained"] is not None]
+    unmeasured = sum(1 for r in rows if r["drained"] is None)
+    text = f"first ≤{max(first):.1f}s" if first else "first –"
+    text += f", drained ≤{max(drained):.1f}s" if drained else ", drained –"
+    if unmeasured:
+        text += f" ({unmeasured} undrained)"
+    return text
+
+
+def write_details(
+    directory: Path, details: Mapping[str, Any], verdict: Verdict, judgement: Judgement
+) -> None:
+    """Add the harness's section to report.json (key ``run``) and report.md."""
+    report_json = directory / REPORT_JSON
+    data = json.loads(report_json.read_text(encoding="utf-8"))
+    data["run"] = details
+    data["summary"]["recovery"] = recovery_text(details["recovery"])
+    data["summary"]["result"] = result_text(verdict, judgement)
+    report_json.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n", encoding="utf-8")
+    report_md = directory / REPORT_MD
+    text = report_md.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + details_markdown(details)
+    findings = details.get("harness_problems") or []
+    if findings:
+        # the harness's own findings (a crash, missing evidence) go on top: among hundreds
+        # of lost jobs they are the cause
+        block = "**Harness findings:**\n\n" + "".join(f"- {p}\n" for p in findings) + "\n"
+        text = text.replace("## Verdict\n", block + "## Verdict\n", 1)
+    report_md.write_text(text, encoding="utf-8")
+
+
+# ---------------------------------------------------------------- one scenario
+
+
+def key_prefix(scenario: Scenario) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return f"chaos-{scenario.name}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def default_seed(scenario: Scenario) -> int:
+    return zlib.crc32(scenario.name.encode())
+
+
+def _last_fault_stop(scenario: Scenario) -> float:
+    return max((f.stop for f in scenario.faults), default=0.0)
+
+
+async def run_scenario(
+    scenario: Scenario,
+    stack: Stack,
+    out_dir: Path,
+    *,
+    seed: int | None = None,
+    say: Say = stderr_say,
+) -> RunResult:
+    """Run one scenario against the stack and write its report under ``out_dir/<name>``."""
+    t_start = time.monotonic()
+    directory = out_dir / scenario.name
+    directory.mkdir(parents=True, exist_ok=True)
+    seed = default_seed(scenario) if seed is None else seed
+    prefix = key_prefix(scenario)
+
+    def log(line: str) -> None:
+        say(f"[{scenario.name} +{time.monotonic() - t_start:5.1f}s] {line}")
+
+    pairs = link_targets(scenario.faults)  # fails early on an impossible link
+    calls = StackCalls(stack)
+    toxiproxy = Toxiproxy()
+    envs: dict[str, dict[str, str]] = {}
+    try:
+        with trio.CancelScope(shield=True):
+            log("baseline: every service up, ready and normal; no toxics")
+            await toxiproxy.reset()
+            await toxiproxy.delete_runtime_proxies()
+            done = await calls(baseline, stack)
+        links = await link_proxies(toxiproxy, pairs)
+        envs = process_envs(links, fencing=scenario.fencing, unsafe_env=UNSAFE_ENV)
+        for name, env in envs.items():
+            log(f"setup: restarting {name} with {env}")
+            await calls(restart_with, stack, name, env)
+        setup = {
+            "baseline": done,
+            "process_env": envs,
+            "links": [dict(dataclasses.asdict(link), name=link.name) for link in links],
+        }
+        return await _run(scenario, calls, toxiproxy, envs, setup, directory, prefix, seed, log)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(RESTORE_TIMEOUT):
+            log("restore: processes back to normal, private proxies gone, toxics reset")
+            try:
+                await toxiproxy.reset()
+                await toxiproxy.delete_runtime_proxies()
+                for name in envs:
+                    await calls(restart_with, stack, name, {})
+                await calls(baseline, stack)
+            except Exception as exc:  # reported; the next scenario's baseline tries again
+                log(f"restore FAILED: {type(exc).__name__}: {exc}")
+            await toxiproxy.aclose()
+        log(f"done in {time.monotonic() - t_start:.0f}s")
+
+
+async def _run(
+    scenario: Scenario,
+    calls: StackCalls,
+    toxiproxy: Toxiproxy,
+    envs: Mapping[str, Mapping[str, str]],
+    setup: dict[str, Any],
+    directory: Path,
+    prefix: str,
+    seed: int,
+    log: Say,
+) -> RunResult:
+    t_start = time.monotonic()
+    workload_spec = scenario.workload
+    plan = list(plan_submits(workload_spec, seed=seed, key_prefix=prefix))
+    history_path = directory / "history.jsonl"
+    history_path.unlink(missing_ok=True)
+    writer = HistoryWriter(history_path)
+    recorder = Recorder(writer)
+    origin = trio.current_time()
+    run_started_at = datetime.now(UTC)
+    tracker = CounterTracker(time.time())
+    sampler = MetricsSampler(tracker)
+    nemesis = Nemesis(calls, toxiproxy, recorder, env_for=envs, sampler=sampler, say=log)
+    retry_until = max(workload_spec.duration, _last_fault_stop(scenario)) + RETRY_GRACE
+    workload = Workload(
+        recorder,
+        plan,
+        base_url=API_URL,
+        clients=workload_spec.clients,
+        submit_timeout=workload_spec.submit_timeout,
+        retry_until=retry_until,
+    )
+    log(
+        f"run: {len(plan)} submits at {workload_spec.rate:g}/s for {workload_spec.duration:g}s, "
+        f"{len(scenario.faults)} fault(s), fencing {'on' if scenario.fencing else 'OFF'}"
+    )
+    start_epoch = time.time()
+    try:
+        await sampler.sample_all()
+        firing_at_start = await firing_now()
+        pids_before = await calls(app_pids, calls.stack)
+        try:
+            offsets: dict[int, int] | None = await trio.to_thread.run_sync(topic_end_offsets)
+        except Exception as exc:  # the run does not depend on it; the report says so
+            log(f"kafka: cannot read the topic's offsets ({exc}); no message count")
+            offsets = None
+        try:
+            async with trio.open_nursery() as outer:
+                outer.start_soon(sampler.run)
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(workload.run)
+                    inner.start_soon(nemesis.run_schedule, scenario.faults, origin)
+                outer.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(RESTORE_TIMEOUT):
+                unhealed = await nemesis.heal_all()
+                if unhealed:
+                    log(f"heal: {len(unhealed)} fault(s) would not heal; restore will retry")
+        workload_seconds = recorder.now()
+        log(
+            f"load done at t={workload_seconds:.1f}s: {workload.stats.acknowledged} acknowledged, "
+            f"{dict(workload.stats.by_outcome)}; waiting for quiet "
+            f"(up to {workload_spec.quiet_timeout:g}s)"
+        )
+        quiet = await wait_quiet(recorder.now, prefix, sampler, workload_spec.quiet_timeout)
+        await sampler.sample_all()
+        tables = await trio.to_thread.run_sync(read_tables, prefix)
+        kafka_messages: list[dict[str, Any]] | None = None
+        if offsets is not None:
+            try:
+                kafka_messages = await trio.to_thread.run_sync(topic_messages, offsets)
+            except Exception as exc:
+                log(f"kafka: cannot read the run's messages ({exc}); no message count")
+        fired = await fired_during(scenario.expect.alerts, start_epoch)
+        restarted = {
+            i.spec.target
+            for i in nemesis.injections
+            if i.spec.fault in ("sigkill", "restart") and i.spec.target
+        }
+        crashed, meddling = await calls(interference, calls.stack, pids_before, envs, restarted)
+        for line in crashed:
+            log(f"CRASH: {line}")
+    finally:
+        writer.close()
+        await sampler.aclose()
+    save_tables(directory / "tables.json", tables, run_started_at)
+    counters = {name: tracker.totals().get(name, 0.0) for name in COUNTERS}
+    history: list[Op] = list(recorder.ops)
+    verdict = check(
+        history,
+        tables["jobs"],
+        tables["effects"],
+        tables["attempts"],
+        quiet_at=quiet.at,
+        run_started_at=run_started_at,
+        fence_rejections=int(counters["leasework_fence_rejections_total"]),
+    )
+    view = client_view(history, tables["jobs"])
+    drains = backlog_drain(history, tables["jobs"], run_started_at)
+    messages = (
+        message_view(kafka_messages, (j["id"] for j in tables["jobs"]))
+        if kafka_messages is not None
+        else None
+    )
+    extra = harness_problems(
+        scenario,
+        verdict,
+        view,
+        drains,
+        nemesis.injections,
+        messages,
+        firing_at_start,
+        meddling,
+        crashed,
+    )
+    judgement = full_judgement(
+        judge(verdict, scenario.expect, alerts_fired=None if fired is None else set(fired)),
+        extra,
+    )
+    write_report(directory, verdict, scenario, history, judgement=judgement)
+    details: dict[str, Any] = {
+        "key_prefix": prefix,
+        "seed": seed,
+        "lease_mode": scenario.lease_mode,
+        "run_started_at": run_started_at.isoformat(),
+        "setup": setup,
+        "faults": [i.to_dict() for i in nemesis.injections],
+        "client": workload.stats.to_dict(),
+        "client_view": view.to_dict(),
+        "counters": counters,
+        "kafka": messages.to_dict() if messages is not None else None,
+        "alerts": {
+            "expected": list(scenario.expect.alerts),
+            "firing_at_start": sorted(firing_at_start) if firing_at_start is not None else None,
+            "fired": (
+                {name: round(t - start_epoch, 1) for name, t in sorted(fired.items())}
+                if fired is not None
+                else None
+            ),
+        },
+        "counters_per_process": tracker.per_process(),
+        "scrape_failures": dict(sampler.failures),
+        "recovery": recovery_rows(verdict, drains),
+        "quiet": quiet.to_dict(),
+        "harness_problems": [p.message for p in extra],
+        "interference": meddling,
+        "crashed": crashed,
+        "seconds": round(time.monotonic() - t_start, 1),
+        "workload_seconds": round(workload_seconds, 1),
+    }
+    write_details(directory, details, verdict, judgement)
+    log(
+        f"verdict: accepted {verdict.accepted}, lost {verdict.lost}, doubled {verdict.doubled}, "
+        f"executions {verdict.total_executions}, unknown landed {view.unknown_landed}; "
+        f"expectations {judgement.passed} -> {directory}"
+    )
+    return RunResult(scenario, directory, verdict, judgement, time.monotonic() - t_start, details)
+
+
+# ---------------------------------------------------------------- many scenarios
+
+
+def select(scenarios: Sequence[Scenario], names: Sequence[str]) -> list[Scenario]:
+    """The scenarios named, in the order given: an exact name or a unique prefix of one.
+    No names: all of them."""
+    if not names:
+        return list(scenarios)
+    by_name = {s.name: s for s in scenarios}
+    chosen = []
+    for name in names:
+        if name in by_name:
+            chosen.append(by_name[name])
+            continue
+        matches = [s for s in scenarios if s.name.startswith(name)]
+        if len(matches) != 1:
+            known = ", ".join(by_name)
+            why = "matches several" if matches else "matches none"
+            raise ValueError(f"scenario {name!r} {why} of: {known}")
+        chosen.append(matches[0])
+    return chosen
+
+
+def _short_faults(row: SummaryRow, limit: int = 48) -> SummaryRow:
+    if len(row.faults) <= limit:
+        return row
+    kinds = row.faults.count(",") + 1
+    return dataclasses.replace(row, faults=f"{kinds} kinds (see report)")
+
+
+def summary(results: Sequence[RunResult], *, fmt: str = "plain") -> str:
+    rows = []
+    for result in results:
+        if result.verdict is None:
+            continue
+        row = dataclasses.replace(
+            summary_row(result.scenario, result.verdict, result.judgement),
+            recovery=recovery_text(result.details.get("recovery", ())),
+            result=result_text(result.verdict, result.judgement),
+        )
+        rows.append(_short_faults(row) if fmt == "plain" else row)
+    text = summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
+    for result in results:
+        if result.error is not None:
+            text += f"{result.scenario.name}: ERROR {result.error}\n"
+    return text
+
+
+def summary_of_directory(directory: Path, *, fmt: str = "plain") -> str:
+    """The summary table of every report under ``directory`` (one run, possibly made by
+    several invocations with the same ``--out``), in scenario order."""
+    rows = [
+        summary_row_from_report(path.parent) for path in sorted(directory.glob(f"*/{REPORT_JSON}"))
+    ]
+    if fmt == "plain":
+        rows = [_short_faults(row) for row in rows]
+    return summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
+
+
+def exit_code(results: Sequence[RunResult]) -> int:
+    """0: every expectation met; 1: one violated; 2: none violated but one unknown (e.g. a
+    vacuous run); 3: the harness failed to run a scenario."""
+    if any(r.error is not None for r in results):
+        return 3
+    if any(r.passed is False for r in results):
+        return 1
+    if any(r.passed is not True for r in results):
+        return 2
+    return 0
+
+
+async def run_all(
+    scenarios: Sequence[Scenario],
+    *,
+    stack: Stack | None = None,
+    out_dir: Path | None = None,
+    seed: int | None = None,
+    say: Say = stderr_say,
+) -> list[RunResult]:
+    stack = stack or Stack.from_env()
+    out_dir = out_dir or REPORTS_DIR / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say(f"chaos: {len(scenarios)} scenario(s), reports in {out_dir}")
+    results: list[RunResult] = []
+    for scenario in scenarios:
+        started = time.monotonic()
+        try:
+            results.append(await run_scenario(scenario, stack, out_dir, seed=seed, say=say))
+        except Exception as exc:  # one scenario's harness failure does not stop the others
+            error = f"{type(exc).__name__}: {exc}"
+            say(f"[{scenario.name}] ERROR {error}")
+            results.append(
+                RunResult(
+                    scenario,
+                    out_dir / scenario.name,
+                    None,
+                    None,
+                    time.monotonic() - started,
+                    error=error,
+                )
+            )
+        (out_dir / "summary.md").write_text(
+            summary_of_directory(out_dir, fmt="markdown"), encoding="utf-8"
+        )
+    return results
+
+
+def load(directory: Path = SCENARIOS_DIR) -> list[Scenario]:
+    return load_scenarios(directory)
+
+
+def make_unsafe(scenario: Scenario) -> Scenario:
+    """The same scenario with the workers in the plain-TTL lease mode and the same
+    expectations: a run that should now fail."""
+    return dataclasses.replace(scenario, name=f"{scenario.name}+unsafe", fencing=False)
+
+
+def seconds_estimate(scenario: Scenario) -> float:
+    """A rough upper bound of a scenario's wall time without its quiet wait."""
+    return max(scenario.workload.duration, _last_fault_stop(scenario)) + 20.0
