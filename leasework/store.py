@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from leasework.backoff import retry_delay
 from leasework.states import TERMINAL, Status, sources_of, transition
 
 Row = dict[str, Any]
@@ -373,8 +374,6 @@ def jobs_reap_expired(
     """Running jobs whose lease expired go back to waiting: ``failed`` with a backoff delay, or
     ``dead`` after their last attempt. The fence is left as it is, so the lost worker's
     terminal write (conditioned on ``status = 'running'`` and its fence) matches nothing."""
-    from leasework.backoff import retry_delay
-
     rows = conn.execute(
         f"""SELECT {JOB_COLUMNS} FROM jobs
             WHERE status = 'running' AND lease_expires_at < now()
