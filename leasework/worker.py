@@ -167,7 +167,7 @@ class Worker:
             return
         await self.process(job_id)
 
-    async def claim(self, job_id: uuid.UUID) -> tuple[Claim, dict] | None:
+    async def claim(self, job_id: uuid.UUID) -> tuple[Claim, dict, float] | None:
         """Take the Redis lease and stamp the job ``running`` under its fence.
 
         Returns None when the job is not ours to run (not queued: finished, cancelled,
@@ -198,7 +198,8 @@ class Worker:
             return claimed
 
     async def _claim_once(self, job_id: uuid.UUID, ttl: float):
-        """None (not ours to run), "held" (another worker holds the lease) or (claim, job);
+        """None (not ours to run), "held" (another worker holds the lease) or
+        (claim, job, claim time);
         loops only after re-seeding a stale fence counter."""
         while True:
             current = await self.db.run(store.job_get, job_id)
@@ -206,13 +207,15 @@ class Worker:
                 reason = "missing" if current is None else current["status"]
                 metrics.redeliveries_skipped.labels(reason).inc()
                 return None
+            # before the claim is sent: a lower bound of when the lease was set
+            claimed_at = trio.current_time()
             claim = await self.leases.claim(job_id, self.name, ttl)
             if claim is None:
                 return "held"
             stamp = functools.partial(store.job_start, worker=self.name, fence=claim.fence, ttl=ttl)
             job = await self.db.run(stamp, job_id)
             if job is not None:
-                return claim, job
+                return claim, job, claimed_at
             await self.release(claim)
             current = await self.db.run(store.job_get, job_id)
             if current is not None and current["status"] == Status.QUEUED:
@@ -242,11 +245,10 @@ class Worker:
             )
 
     async def process(self, job_id: uuid.UUID) -> None:
-        claimed_at = trio.current_time()  # before the claim: a lower bound of lease validity
         claimed = await self.claim(job_id)
         if claimed is None:
             return
-        claim, job = claimed
+        claim, job, claimed_at = claimed
         try:
             await self.run_claimed(job, claim, claimed_at)
         finally:
