@@ -30,11 +30,13 @@ For each scenario:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import signal
 import sys
+import tempfile
 import time
 import uuid
 import zlib
@@ -381,25 +383,65 @@ def topic_messages(
 # ---------------------------------------------------------------- Prometheus alerts
 
 
-async def firing_now() -> set[str] | None:
-    try:
-        return await trio.to_thread.run_sync(alerts.firing_now)
-    except (httpx.HTTPError, ValueError, KeyError):
-        return None
+class RunPrometheus:
+    """A Prometheus of the run's own (``Stack.scratch_prometheus``): empty TSDB, the stack's
+    targets and rules, started before the workload and stopped after the check. Alerts are
+    judged on it, not on the stack's long-lived Prometheus, whose 10-minute to 3-day windows
+    still hold earlier runs' faults: there, an alert already firing from the previous scenario
+    could not be credited to this one, and a slow SLO burn left by it would show up here.
+    ``url`` is None when it could not start; the alert checks then say so (UNKNOWN)."""
 
+    def __init__(self, calls: StackCalls, say: Say) -> None:
+        self._calls = calls
+        self._say = say
+        self._workdir = tempfile.TemporaryDirectory(prefix="leasework-chaos-prometheus-")
+        self._context: contextlib.AbstractContextManager[str] | None = None
+        self.url: str | None = None
 
-async def fired_during(expected: Sequence[str], start_epoch: float) -> dict[str, float] | None:
-    """Alert name -> first Unix time it was firing since ``start_epoch``; waits up to
-    ALERT_PATIENCE for the expected ones. None when Prometheus cannot be asked."""
-    try:
-        if expected:
-            wait = functools.partial(
-                alerts.wait_for_alerts, set(expected), start_epoch, ALERT_PATIENCE
-            )
+    async def start(self) -> None:
+        context = self._calls.stack.scratch_prometheus(Path(self._workdir.name))
+        try:
+            self.url = await self._calls(context.__enter__)
+        except Exception as exc:  # the run goes on; its alert expectations become UNKNOWN
+            self._say(f"prometheus: the run's own Prometheus did not start ({exc})")
+            return
+        self._context = context
+        self._say(f"prometheus: the run's alerts are judged on {self.url} (empty TSDB)")
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            if self._context is not None:
+                await self._calls(self._context.__exit__, None, None, None)
+                self._context = None
+            self._workdir.cleanup()
+
+    async def firing_now(self) -> set[str] | None:
+        if self.url is None:
+            return None
+        try:
+            return await trio.to_thread.run_sync(functools.partial(alerts.firing_now, url=self.url))
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+
+    async def fired_during(
+        self, expected: Sequence[str], start_epoch: float
+    ) -> dict[str, float] | None:
+        """Alert name -> first Unix time it was firing since ``start_epoch``; waits up to
+        ALERT_PATIENCE for the expected ones. None when Prometheus cannot be asked."""
+        if self.url is None:
+            return None
+        try:
+            if expected:
+                wait = functools.partial(
+                    alerts.wait_for_alerts, set(expected), start_epoch, ALERT_PATIENCE, url=self.url
+                )
+            else:
+                wait = functools.partial(
+                    alerts.fired_between, start_epoch, time.time(), url=self.url
+                )
             return await trio.to_thread.run_sync(wait)
-        return await trio.to_thread.run_sync(alerts.fired_between, start_epoch, time.time())
-    except (httpx.HTTPError, ValueError, KeyError):
-        return None
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
 
 
 # ---------------------------------------------------------------- quiet
@@ -818,7 +860,15 @@ async def run_scenario(
             "process_env": envs,
             "links": [dict(dataclasses.asdict(link), name=link.name) for link in links],
         }
-        return await _run(scenario, calls, toxiproxy, envs, setup, directory, prefix, seed, log)
+        # started before the run's clock, so the fault schedule is not shifted by its start-up
+        prometheus = RunPrometheus(calls, log)
+        await prometheus.start()
+        try:
+            return await _run(
+                scenario, calls, toxiproxy, envs, setup, directory, prefix, seed, log, prometheus
+            )
+        finally:
+            await prometheus.aclose()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(RESTORE_TIMEOUT):
             log("restore: processes back to normal, private proxies gone, toxics reset")
@@ -844,6 +894,7 @@ async def _run(
     prefix: str,
     seed: int,
     log: Say,
+    prometheus: RunPrometheus,
 ) -> RunResult:
     t_start = time.monotonic()
     workload_spec = scenario.workload
@@ -873,7 +924,7 @@ async def _run(
     start_epoch = time.time()
     try:
         await sampler.sample_all()
-        firing_at_start = await firing_now()
+        firing_at_start = await prometheus.firing_now()
         pids_before = await calls(app_pids, calls.stack)
         try:
             offsets: dict[int, int] | None = await trio.to_thread.run_sync(topic_end_offsets)
@@ -907,7 +958,7 @@ async def _run(
                 kafka_messages = await trio.to_thread.run_sync(topic_messages, offsets)
             except Exception as exc:
                 log(f"kafka: cannot read the run's messages ({exc}); no message count")
-        fired = await fired_during(scenario.expect.alerts, start_epoch)
+        fired = await prometheus.fired_during(scenario.expect.alerts, start_epoch)
         restarted = {
             i.spec.target
             for i in nemesis.injections

@@ -8,6 +8,7 @@ reported, never killed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import time
@@ -27,6 +28,7 @@ from .services import Service, build_services
 from .services import toxiproxy as toxi
 from .services.apps import run_migrate as _run_migrate
 from .services.kafka_admin import cluster_problems, ensure_topics
+from .services.prometheus import scratch_prometheus as _scratch_prometheus
 from .status import ServiceStatus
 
 KAFKA_NAMES = tuple(f"kafka-{n}" for n in KAFKA_NODE_IDS)
@@ -302,6 +304,11 @@ class Stack:
 
     def provision(self) -> None:
         _provision(self.layout)
+
+    def scratch_prometheus(self, workdir: Path) -> contextlib.AbstractContextManager[str]:
+        """A throwaway Prometheus with an empty TSDB, the stack's targets and rules; yields
+        its URL (see :func:`services.prometheus.scratch_prometheus`)."""
+        return _scratch_prometheus(self.layout, workdir)
 
     def up(self, apps: bool = True, timeout: float | None = None) -> None:
         """Provision, start everything not running, wait until all is ready. Idempotent.

@@ -1,7 +1,14 @@
-"""Alerts against the real system: the local Prometheus evaluates dashboards/rules, and each
-fault below must make its alert fire (checked through Prometheus's API). An alert counts only
-if it was quiet when the fault began, so an alert left firing by earlier work cannot make a
-test pass."""
+"""Alerts against the real system: Prometheus evaluates dashboards/rules, and each fault
+below must make its alert fire (checked through Prometheus's API).
+
+Every test judges alerts on a Prometheus of its own, started for it with an empty TSDB and
+the stack's targets and rules (``Stack.scratch_prometheus``). The stack's long-lived
+Prometheus remembers earlier work: its SLO-burn windows reach back 30 minutes to 3 days and
+its counter alerts 10 minutes, so a chaos run half an hour earlier would make a healthy
+window "fire" LeaseworkSLOBurnSlow, and an alert still firing from an earlier fault would
+let a test pass that its own fault never triggered. A scratch Prometheus has seen only the
+test's window, so what fires there was caused there.
+"""
 
 from __future__ import annotations
 
@@ -17,40 +24,47 @@ from leasework.client import AsyncClient
 from tests.integration.conftest import API_URL, wait_status
 
 
-def require_quiet(names: set[str]) -> None:
-    loud = names & firing_now()
-    if loud:
-        pytest.skip(
-            f"{sorted(loud)} already firing from earlier work (counter alerts look back 10 "
-            "minutes); run on a quiet stack, as `just test` does on a fresh one"
-        )
+@pytest.fixture
+def prometheus(stack, tmp_path):
+    """URL of a fresh Prometheus that has scraped every leasework process at least once."""
+    with stack.scratch_prometheus(tmp_path) as url:
+        assert not firing_now(url=url), "a Prometheus with an empty TSDB cannot be firing"
+        yield url
 
 
-def test_a_healthy_run_under_load_fires_no_new_alert(stack, client):
-    """Two minutes of steady load with nothing broken: no alert may start firing. First in
-    this file, so the faults below cannot leak into its window."""
-    start = time.time()
-    before = firing_now()
-    ids: list[str] = []
-    while time.time() - start < 120:
-        ids.append(client.submit("noop", {"healthy": True})["id"])
-        ids.append(client.submit("ledger", {})["id"])
-        time.sleep(0.1)
-    for job_id in ids[-20:]:
-        wait_status(client, job_id, {"succeeded"}, timeout=60)
-    time.sleep(4)  # one more evaluation after the last job
-    new = {name for name in fired_between(start, time.time()) if name not in before}
-    assert not new, f"alerts fired on a healthy run: {sorted(new)}"
+def warm_up(client, count: int = 48) -> None:
+    """Run a burst through every worker before a window starts, so the consumer group has
+    formed: on a stack just brought up, the first jobs wait for the group's rebalance."""
+    ids = [client.submit("noop", {"warm_up": n})["id"] for n in range(count)]
+    for job_id in ids:
+        wait_status(client, job_id, {"succeeded"}, timeout=120)
 
 
-def test_relay_killed_fires_relay_stalled_and_outbox_backlog(stack, client):
+def test_a_healthy_run_under_load_fires_no_alert(stack, client, tmp_path):
+    """Two minutes of steady load with nothing broken: no alert may fire. First in this
+    file, so the faults below cannot leak into its window."""
+    warm_up(client)
+    with stack.scratch_prometheus(tmp_path) as url:
+        start = time.time()
+        ids: list[str] = []
+        while time.time() - start < 120:
+            ids.append(client.submit("noop", {"healthy": True})["id"])
+            ids.append(client.submit("ledger", {})["id"])
+            time.sleep(0.1)
+        for job_id in ids[-20:]:
+            wait_status(client, job_id, {"succeeded"}, timeout=60)
+        time.sleep(4)  # one more evaluation after the last job
+        fired = fired_between(start, time.time(), url=url)
+    assert not fired, f"alerts fired on a healthy run: {fired}"
+
+
+def test_relay_killed_fires_relay_stalled_and_outbox_backlog(stack, client, prometheus):
     expected = {"LeaseworkRelayStalled", "LeaseworkOutboxBacklog"}
-    require_quiet(expected)
     start = time.time()
     stack.kill("relay")
     try:
         job = client.submit("noop", {"alert": "relay-killed"})
-        fired = wait_for_alerts(expected, start, timeout=180)
+        fired = wait_for_alerts(expected, start, timeout=180, url=prometheus)
     finally:
         stack.start("relay")
         stack.wait_ready("relay", timeout=60)
@@ -58,13 +72,12 @@ def test_relay_killed_fires_relay_stalled_and_outbox_backlog(stack, client):
     wait_status(client, job["id"], {"succeeded"}, timeout=60)
 
 
-def test_a_run_of_dead_jobs_fires_dead_letters(stack, client):
-    require_quiet({"LeaseworkDeadLetters"})
+def test_a_run_of_dead_jobs_fires_dead_letters(stack, client, prometheus):
     start = time.time()
     job_type = f"poison-{uuid.uuid4().hex[:8]}"
     for _ in range(3):
         client.submit(job_type, {})
-    fired = wait_for_alerts({"LeaseworkDeadLetters"}, start, timeout=120)
+    fired = wait_for_alerts({"LeaseworkDeadLetters"}, start, timeout=120, url=prometheus)
     assert "LeaseworkDeadLetters" in fired, fired
 
 
@@ -93,13 +106,12 @@ async def submit_many(count: int, tag: str) -> list[str]:
     return ids
 
 
-def test_workers_kafka_link_cut_fires_consumer_lag(stack, client):
-    require_quiet({"LeaseworkConsumerLag"})
+def test_workers_kafka_link_cut_fires_consumer_lag(stack, client, prometheus):
     start = time.time()
     set_enabled(WORKER_KAFKA_PROXIES, False)
     try:
         ids = trio.run(submit_many, 1200, uuid.uuid4().hex[:8])
-        fired = wait_for_alerts({"LeaseworkConsumerLag"}, start, timeout=240)
+        fired = wait_for_alerts({"LeaseworkConsumerLag"}, start, timeout=240, url=prometheus)
     finally:
         set_enabled(WORKER_KAFKA_PROXIES, True)
     assert "LeaseworkConsumerLag" in fired, fired

@@ -425,6 +425,8 @@ def test_the_scenarios_load_and_cover_the_issue():
         assert s.expect.max_lost == 0
         if name.startswith("j-"):
             assert s.workload.duration >= 180 and len(s.faults) >= 10
+        elif s.expect.alerts:  # alert scenarios outlast the alerts' `for:` windows
+            assert 60 <= s.workload.duration <= 240, name
         else:
             assert 30 <= s.workload.duration <= 60, name
         assert all(f.stop <= s.workload.duration for f in s.faults), name
@@ -432,6 +434,14 @@ def test_the_scenarios_load_and_cover_the_issue():
     assert not unsafe.fencing and unsafe.expect.expect_doubled
     assert unsafe.faults == scenarios["b-worker-sigstop"].faults
     assert scenarios["h-api-reset"].expect.min_unknown_landed >= 1
+    # the issue's alert checks: relay killed, workers' Kafka link cut, a run of dead jobs
+    expected_alerts = {a for s in scenarios.values() for a in s.expect.alerts}
+    assert {
+        "LeaseworkRelayStalled",
+        "LeaseworkOutboxBacklog",
+        "LeaseworkConsumerLag",
+        "LeaseworkDeadLetters",
+    } <= expected_alerts
 
 
 def test_select_by_name_or_unique_prefix():

@@ -8,15 +8,18 @@ supervisor POSTs ``/-/reload`` (``--web.enable-lifecycle``). Rule files are ever
 from __future__ import annotations
 
 import hashlib
+import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-from .. import tools
+from .. import procs, tools
 from ..errors import StackError
 from ..layout import APPS, HOST, PROMETHEUS_PORT, Layout, addr
+from ..readiness import wait_until
 from .base import Service
 
 URL = f"http://{addr(PROMETHEUS_PORT)}"
@@ -119,3 +122,79 @@ class Prometheus(Service):
             r = httpx.post(f"{URL}/-/reload", timeout=10.0)
             if not r.is_success:
                 raise StackError(f"prometheus: /-/reload -> {r.status_code} {r.text.strip()}")
+
+
+SCRATCH_PORT = 9091
+
+
+@contextmanager
+def scratch_prometheus(
+    layout: Layout, workdir: Path, port: int = SCRATCH_PORT, timeout: float = 60.0
+) -> Iterator[str]:
+    """A second, throwaway Prometheus for judging alerts: empty TSDB under ``workdir``, the
+    stack's scrape targets and rule files, on ``port``. Yields its base URL once it has
+    scraped every target, and stops it on exit.
+
+    Alerts with long look-back windows (SLO burn over 30 m and 6 h, dead letters over 10 m)
+    on the stack's own Prometheus carry whatever happened before: a chaos run half an hour
+    earlier makes a healthy run "fire" LeaseworkSLOBurnSlow. A Prometheus that has seen
+    nothing but the window under test answers "did this window fire it?" and nothing else.
+    """
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    rules = sorted(layout.rules_dir.glob("*.yml")) if layout.rules_dir.is_dir() else []
+    config = workdir / "prometheus.yml"
+    config.write_text(render_prometheus_yml(rules))
+    url = f"http://{addr(port)}"
+    log = workdir / "prometheus.log"
+    _stop_leftover_scratch(port)
+    pid = procs.spawn(
+        [
+            str(tools.require("prometheus")),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address={addr(port)}",
+        ],
+        log,
+    )
+    try:
+        wait_until(
+            f"scratch prometheus on {url}",
+            lambda: _scraped_every_target(url),
+            timeout,
+            alive=lambda: procs.is_alive(pid),
+            log=log,
+        )
+        yield url
+    finally:
+        procs.terminate([(pid, signal.SIGTERM)], timeout=10.0)
+
+
+def _scraped_every_target(url: str) -> bool:
+    """True once every leasework target has been scraped at least once (``up`` has a
+    sample per process, whatever its value)."""
+    r = httpx.get(f"{url}/api/v1/query", params={"query": 'up{job="leasework"}'}, timeout=2.0)
+    return r.is_success and len(r.json()["data"]["result"]) == len(APPS)
+
+
+def _stop_leftover_scratch(port: int) -> None:
+    """A scratch Prometheus left behind by a harness that was killed holds the port: stop
+    it (it is ours: a prometheus listening there). Anything else on the port is reported."""
+    owners = procs.port_owners(port)
+    ours = [
+        pid
+        for pid in owners
+        if (info := procs.read_proc(pid)) is not None
+        and procs.cmdline_matches(
+            info.cmdline, ("prometheus", f"--web.listen-address={addr(port)}")
+        )
+    ]
+    if ours:
+        procs.terminate([(pid, signal.SIGTERM) for pid in ours], timeout=10.0)
+    foreign = [pid for pid in owners if pid not in ours]
+    if foreign:
+        raise StackError(
+            f"scratch prometheus: port {port} is taken by "
+            + ", ".join(procs.describe(pid) for pid in foreign)
+            + "; stop that process and try again"
+        )
