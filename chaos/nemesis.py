@@ -23,7 +23,7 @@ redis_flushall    FLUSHALL (leases and fence counter gone)    nothing to undo
 
 The shared proxies carry the traffic of several leasework processes: see :func:`affected`
 (``postgres`` every process's, ``redis`` the workers', ``kafka-N`` the relay's,
-``kafka-N-workers`` the workers'). A toxic on one process's link (``worker-1/redis``,
+``kafka-N-worker-M`` worker-M's). A toxic on one process's link (``worker-1/redis``,
 ``api/postgres``) uses a proxy of its own, added for the run (:func:`link_proxies`), with
 the process restarted pointing at it (:func:`link_env`). A single process's Kafka link is
 not offered: a broker advertises the proxy of the listener a client came in through, and a
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import signal
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -95,16 +96,17 @@ def affected(fault: str, target: str | None) -> str:
             f"broker {target}: its partition leaders fail over; the relay's producer and the "
             "workers' consumers reconnect to the other brokers"
         )
-    if target and target.startswith("kafka-") and target.endswith("-workers"):
-        broker = target.removesuffix("-workers")
+    if target and (match := re.fullmatch(r"(kafka-\d+)-(worker-\d+)", target)):
+        broker, worker = match.groups()
         return (
-            f"worker-1, worker-2 (fetches, group coordinator, offset commits) whenever they "
-            f"talk to {broker}: the workers' own proxy; replication between brokers is direct"
+            f"{worker} only (fetches, group coordinator, offset commits) whenever it talks to "
+            f"{broker}: its own proxy; the other worker's and the relay's links and "
+            "replication between brokers are untouched"
         )
     if target and target.startswith("kafka-"):
         return (
             f"relay (the producer; the api does not use Kafka) whenever it talks to {target}; "
-            f"the workers use {target}-workers, replication between brokers is direct"
+            f"the workers use {target}-worker-N, replication between brokers is direct"
         )
     if fault in ("sigstop", "sigkill", "restart"):
         return f"{target} only"
@@ -136,7 +138,7 @@ def link_targets(faults: Iterable[FaultSpec]) -> list[tuple[str, str]]:
                     f"{spec.target}: a single process's Kafka link is not offered (a broker "
                     "advertises the proxy of the listener a client came in through, so a "
                     "client would leave a private proxy after bootstrap); target kafka-N for "
-                    "the relay's links or kafka-N-workers for the workers'"
+                    "the relay's links or kafka-N-worker-M for one worker's"
                 )
             found.add((process, proxy))
     return sorted(found)

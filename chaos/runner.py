@@ -114,7 +114,9 @@ RETRY_GRACE = 45.0  # submits keep retrying this long after the last fault is he
 QUIET_POLL = 1.0
 RESTORE_TIMEOUT = 300.0
 SETTLE_TIMEOUT = 90.0
-ALERT_PATIENCE = 60.0  # how long to wait after quiet for an expected alert to fire
+# how long to wait, after quiet, for an expected alert that has not fired yet: SLO burn
+# alerts fire only once the late jobs have started, then hold 1-2 min (`for:`)
+ALERT_PATIENCE = 150.0
 
 Say = Callable[[str], None]
 

@@ -82,7 +82,7 @@ REDIS_FAULTS: tuple[str, ...] = ("redis_restart", "redis_flushall")
 FAULTS: tuple[str, ...] = TOXIC_FAULTS + PROCESS_FAULTS + KAFKA_FAULTS + REDIS_FAULTS
 
 # toxiproxy proxies (toxiproxy/proxies.json) and the leasework processes of the local stack
-# kafka-N carries the api's and the relay's Kafka traffic, kafka-N-workers the workers' (each
+# kafka-N carries the api's and the relay's Kafka traffic, kafka-N-worker-M worker-M's (each
 # broker advertises the proxy of the listener a client came in through)
 PROXIES: tuple[str, ...] = (
     "postgres",
@@ -90,9 +90,12 @@ PROXIES: tuple[str, ...] = (
     "kafka-1",
     "kafka-2",
     "kafka-3",
-    "kafka-1-workers",
-    "kafka-2-workers",
-    "kafka-3-workers",
+    "kafka-1-worker-1",
+    "kafka-2-worker-1",
+    "kafka-3-worker-1",
+    "kafka-1-worker-2",
+    "kafka-2-worker-2",
+    "kafka-3-worker-2",
 )
 PROCESSES: tuple[str, ...] = ("worker-1", "worker-2", "relay", "api")
 KAFKA_NODES: tuple[str, ...] = ("kafka-1", "kafka-2", "kafka-3")

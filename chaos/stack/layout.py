@@ -41,25 +41,39 @@ PG_PASSWORD = "leasework"
 PG_DATABASE = "leasework"
 
 
+# Each worker reaches Kafka through a listener and proxies of its own, so one worker's Kafka
+# link can be cut, slowed or reset while the other worker's (and the relay's) stay clean.
+KAFKA_WORKERS: tuple[str, ...] = ("worker-1", "worker-2")
+
+
+def kafka_worker_listener(worker: str) -> str:
+    """The broker listener of one worker: ``worker-2`` -> ``WORKER_2``."""
+    return worker.upper().replace("-", "_")
+
+
 def kafka_ports(node_id: int) -> dict[str, int]:
     """Ports of one Kafka node N:
 
-    * ``proxy``         N9092 toxiproxy ``kafka-N``, advertised by ``EXTERNAL`` (api, relay)
-    * ``broker``        N9093 inter-broker listener, direct
-    * ``controller``    N9094 KRaft quorum, direct
-    * ``external``      N9095 client listener ``EXTERNAL``, upstream of ``kafka-N``
-    * ``workers``       N9096 client listener ``WORKERS``, upstream of ``kafka-N-workers``
-    * ``workers_proxy`` N9097 toxiproxy ``kafka-N-workers``, advertised by ``WORKERS``
+    * ``proxy``            N9092 toxiproxy ``kafka-N``, advertised by ``EXTERNAL`` (api, relay)
+    * ``broker``           N9093 inter-broker listener, direct
+    * ``controller``       N9094 KRaft quorum, direct
+    * ``external``         N9095 client listener ``EXTERNAL``, upstream of ``kafka-N``
+    * ``worker-1``         N9096 client listener ``WORKER_1``, upstream of ``kafka-N-worker-1``
+    * ``worker-1-proxy``   N9097 toxiproxy ``kafka-N-worker-1``, advertised by ``WORKER_1``
+    * ``worker-2``         N9098 client listener ``WORKER_2``, upstream of ``kafka-N-worker-2``
+    * ``worker-2-proxy``   N9099 toxiproxy ``kafka-N-worker-2``, advertised by ``WORKER_2``
     """
     base = node_id * 10000 + 9092
-    return {
+    ports = {
         "proxy": base,
         "broker": base + 1,
         "controller": base + 2,
         "external": base + 3,
-        "workers": base + 4,
-        "workers_proxy": base + 5,
     }
+    for i, worker in enumerate(KAFKA_WORKERS):
+        ports[worker] = base + 4 + 2 * i
+        ports[f"{worker}-proxy"] = base + 5 + 2 * i
+    return ports
 
 
 def addr(port: int) -> str:
@@ -71,10 +85,13 @@ POSTGRES_DIRECT_DSN = f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{POSTGRES_PO
 REDIS_ADDR = addr(REDIS_PROXY_PORT)
 # What api and relay bootstrap from (toxiproxy kafka-N -> EXTERNAL listener).
 KAFKA_BROKERS = ",".join(addr(kafka_ports(n)["proxy"]) for n in KAFKA_NODE_IDS)
-# What the workers bootstrap from (toxiproxy kafka-N-workers -> WORKERS listener). A broker
-# answers a client with the advertised addresses of the listener it came in through, so a
-# worker stays on these proxies for all its traffic and its link can be cut on its own.
-KAFKA_WORKER_BROKERS = ",".join(addr(kafka_ports(n)["workers_proxy"]) for n in KAFKA_NODE_IDS)
+# What each worker bootstraps from (toxiproxy kafka-N-worker-M -> its WORKER_M listener). A
+# broker answers a client with the advertised addresses of the listener it came in through,
+# so a worker stays on its own proxies for all its traffic and its link can be cut alone.
+KAFKA_WORKER_BROKERS: dict[str, str] = {
+    worker: ",".join(addr(kafka_ports(n)[f"{worker}-proxy"]) for n in KAFKA_NODE_IDS)
+    for worker in KAFKA_WORKERS
+}
 # Inter-broker listeners: a direct, proxy-free path into the cluster. The supervisor's own
 # readiness checks and admin calls use it so that toxics never fool them.
 KAFKA_DIRECT_BOOTSTRAP = ",".join(addr(kafka_ports(n)["broker"]) for n in KAFKA_NODE_IDS)
@@ -94,8 +111,9 @@ PROXIES: dict[str, tuple[int, int]] = {
     "redis": (REDIS_PROXY_PORT, REDIS_PORT),
     **{f"kafka-{n}": (kafka_ports(n)["proxy"], kafka_ports(n)["external"]) for n in KAFKA_NODE_IDS},
     **{
-        f"kafka-{n}-workers": (kafka_ports(n)["workers_proxy"], kafka_ports(n)["workers"])
+        f"kafka-{n}-{worker}": (kafka_ports(n)[f"{worker}-proxy"], kafka_ports(n)[worker])
         for n in KAFKA_NODE_IDS
+        for worker in KAFKA_WORKERS
     },
 }
 

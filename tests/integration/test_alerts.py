@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from chaos.alerts import fired_between, firing_now, wait_for_alerts
+from chaos.stack.layout import KAFKA_NODE_IDS, KAFKA_WORKERS
 from leasework.client import AsyncClient
 from tests.integration.conftest import API_URL, wait_status
 
@@ -81,7 +82,10 @@ def test_a_run_of_dead_jobs_fires_dead_letters(stack, client, prometheus):
     assert "LeaseworkDeadLetters" in fired, fired
 
 
-WORKER_KAFKA_PROXIES = ("kafka-1-workers", "kafka-2-workers", "kafka-3-workers")
+# every worker's own Kafka proxies (kafka-N-worker-M); the relay's kafka-N stay up
+WORKER_KAFKA_PROXIES = tuple(
+    f"kafka-{n}-{worker}" for n in KAFKA_NODE_IDS for worker in KAFKA_WORKERS
+)
 
 
 def set_enabled(proxies, enabled: bool) -> None:

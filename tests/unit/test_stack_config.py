@@ -33,7 +33,7 @@ from chaos.stack.services.kafka import (
 from chaos.stack.services.postgres import postgres_args
 from chaos.stack.services.prometheus import render_prometheus_yml
 from chaos.stack.services.redis import render_redis_conf
-from chaos.stack.services.toxiproxy import load_proxies, render_proxies
+from chaos.stack.services.toxiproxy import load_proxies, render_proxies, retired_proxies
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,15 +53,20 @@ def test_port_contract() -> None:
         "broker": 19093,
         "controller": 19094,
         "external": 19095,
-        "workers": 19096,
-        "workers_proxy": 19097,
+        "worker-1": 19096,
+        "worker-1-proxy": 19097,
+        "worker-2": 19098,
+        "worker-2-proxy": 19099,
     }
     assert kafka_ports(3)["proxy"] == 39092
-    assert kafka_ports(3)["workers_proxy"] == 39097
+    assert kafka_ports(3)["worker-2-proxy"] == 39099
     assert POSTGRES_DSN == "postgresql://leasework:leasework@127.0.0.1:15432/leasework"
     assert REDIS_ADDR == "127.0.0.1:16379"
     assert KAFKA_BROKERS == "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
-    assert KAFKA_WORKER_BROKERS == "127.0.0.1:19097,127.0.0.1:29097,127.0.0.1:39097"
+    assert KAFKA_WORKER_BROKERS == {
+        "worker-1": "127.0.0.1:19097,127.0.0.1:29097,127.0.0.1:39097",
+        "worker-2": "127.0.0.1:19099,127.0.0.1:29099,127.0.0.1:39099",
+    }
     assert {n: p for n, (_, p) in APPS.items()} == {
         "api": 8080,
         "relay": 9102,
@@ -79,15 +84,17 @@ def test_kafka_properties_advertise_the_proxies_and_keep_internal_traffic_direct
     )
     assert p["listeners"] == (
         "BROKER://127.0.0.1:29093,CONTROLLER://127.0.0.1:29094,EXTERNAL://127.0.0.1:29095,"
-        "WORKERS://127.0.0.1:29096"
+        "WORKER_1://127.0.0.1:29096,WORKER_2://127.0.0.1:29098"
     )
     # each client listener advertises its own toxiproxy address: a client stays on the
     # proxy it bootstrapped through
     assert p["advertised.listeners"] == (
-        "BROKER://127.0.0.1:29093,EXTERNAL://127.0.0.1:29092,WORKERS://127.0.0.1:29097"
+        "BROKER://127.0.0.1:29093,EXTERNAL://127.0.0.1:29092,WORKER_1://127.0.0.1:29097,"
+        "WORKER_2://127.0.0.1:29099"
     )
     assert p["listener.security.protocol.map"] == (
-        "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT,WORKERS:PLAINTEXT"
+        "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT,WORKER_1:PLAINTEXT,"
+        "WORKER_2:PLAINTEXT"
     )
     assert p["inter.broker.listener.name"] == "BROKER"
     assert p["controller.listener.names"] == "CONTROLLER"
@@ -107,12 +114,13 @@ def test_kafka_properties_advertise_the_proxies_and_keep_internal_traffic_direct
         assert p[key] == value, key
 
 
-def test_kafka_proxies_point_at_the_external_and_workers_listeners() -> None:
+def test_kafka_proxies_point_at_the_external_and_each_workers_listener() -> None:
     for n in (1, 2, 3):
         listen, upstream = PROXIES[f"kafka-{n}"]
         assert listen == kafka_ports(n)["proxy"]
         assert upstream == kafka_ports(n)["external"]
-        assert PROXIES[f"kafka-{n}-workers"] == (n * 10000 + 9097, n * 10000 + 9096)
+        assert PROXIES[f"kafka-{n}-worker-1"] == (n * 10000 + 9097, n * 10000 + 9096)
+        assert PROXIES[f"kafka-{n}-worker-2"] == (n * 10000 + 9099, n * 10000 + 9098)
 
 
 def test_every_listener_and_proxy_is_consistent_for_every_node() -> None:
@@ -121,10 +129,12 @@ def test_every_listener_and_proxy_is_consistent_for_every_node() -> None:
         listeners = dict(item.split("://") for item in p["listeners"].split(","))
         advertised = dict(item.split("://") for item in p["advertised.listeners"].split(","))
         protocols = dict(item.split(":") for item in p["listener.security.protocol.map"].split(","))
-        assert set(listeners) == set(protocols) == {"BROKER", "CONTROLLER", "EXTERNAL", "WORKERS"}
-        assert set(advertised) == {"BROKER", "EXTERNAL", "WORKERS"}
-        # the two client listeners are reached only through their proxies
-        for name, proxy in (("EXTERNAL", f"kafka-{n}"), ("WORKERS", f"kafka-{n}-workers")):
+        clients = {"EXTERNAL": f"kafka-{n}", "WORKER_1": f"kafka-{n}-worker-1"}
+        clients["WORKER_2"] = f"kafka-{n}-worker-2"
+        assert set(listeners) == set(protocols) == {"BROKER", "CONTROLLER", *clients}
+        assert set(advertised) == {"BROKER", *clients}
+        # the client listeners are reached only through their proxies
+        for name, proxy in clients.items():
             listen, upstream = PROXIES[proxy]
             assert listeners[name] == f"127.0.0.1:{upstream}"
             assert advertised[name] == f"127.0.0.1:{listen}"
@@ -140,12 +150,12 @@ def test_kafka_node_config_is_stale_until_rewritten(tmp_path: Path) -> None:
     node = KafkaNode(layout, 1)
     assert node.config_stale()  # never written
     node.properties.parent.mkdir(parents=True)
-    old = node.rendered_properties().replace(",WORKERS://127.0.0.1:19096", "")
+    old = node.rendered_properties().replace(",WORKER_2://127.0.0.1:19098", "")
     node.properties.write_text(old)
     assert node.config_stale() and node.stale(0) == ["server.properties"]
     node.properties.write_text(node.rendered_properties())
     assert not node.config_stale() and node.stale(0) == []
-    assert 19096 in node.ports()
+    assert {19096, 19098} <= set(node.ports())
 
 
 def test_log4j2_quiets_chatty_loggers() -> None:
@@ -210,13 +220,23 @@ def test_proxies_json_in_repo_matches_the_port_contract() -> None:
         "kafka-1",
         "kafka-2",
         "kafka-3",
-        "kafka-1-workers",
-        "kafka-2-workers",
-        "kafka-3-workers",
+        "kafka-1-worker-1",
+        "kafka-1-worker-2",
+        "kafka-2-worker-1",
+        "kafka-2-worker-2",
+        "kafka-3-worker-1",
+        "kafka-3-worker-2",
     ]
     assert json.loads((REPO / "toxiproxy" / "proxies.json").read_text())[0]["listen"] == (
         "127.0.0.1:15432"
     )
+
+
+def test_proxies_renamed_away_are_retired_but_the_harness_proxies_are_not() -> None:
+    defined = render_proxies()
+    running = ["postgres", "kafka-1", "kafka-1-workers", "chaos-worker-1-redis", "kafka-1-worker-1"]
+    assert retired_proxies(running, defined) == ["kafka-1-workers"]
+    assert retired_proxies([p["name"] for p in defined], defined) == []
 
 
 def test_app_env_precedence() -> None:
@@ -230,7 +250,7 @@ def test_app_env_precedence() -> None:
     assert env["PATH"] == "/bin"
     assert env["LEASEWORK_REDIS_ADDR"] == "127.0.0.1:9999"
     assert env["LEASEWORK_POSTGRES_DSN"] == POSTGRES_DSN
-    assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_WORKER_BROKERS
+    assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_WORKER_BROKERS["worker-2"]
     assert env["LEASEWORK_PROCESS_NAME"] == "worker-2"
     assert env["LEASEWORK_OPS_ADDR"] == "127.0.0.1:9103"
     assert env["LEASEWORK_UNSAFE"] == "1"
@@ -255,19 +275,19 @@ def test_layout_from_env(tmp_path: Path) -> None:
     assert default.state_dir == Path("/var/tmp/leasework")
 
 
-def test_workers_get_their_own_kafka_proxies_everyone_else_the_shared_ones() -> None:
-    for name, (role, port) in APPS.items():
+def test_each_worker_gets_kafka_proxies_of_its_own_everyone_else_the_shared_ones() -> None:
+    want = {
+        "api": "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092",
+        "relay": "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092",
+        "worker-1": "127.0.0.1:19097,127.0.0.1:29097,127.0.0.1:39097",
+        "worker-2": "127.0.0.1:19099,127.0.0.1:29099,127.0.0.1:39099",
+    }
+    for name, (_role, port) in APPS.items():
         env = app_env(name, f"127.0.0.1:{port}", {})
-        want = (
-            "127.0.0.1:19097,127.0.0.1:29097,127.0.0.1:39097"
-            if role == "worker"
-            else "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
-        )
-        assert env["LEASEWORK_KAFKA_BROKERS"] == want, name
+        assert env["LEASEWORK_KAFKA_BROKERS"] == want[name], name
     assert app_env("migrate", None, {})["LEASEWORK_KAFKA_BROKERS"] == KAFKA_BROKERS
-    # a worker the harness adds by hand is a worker too
     assert role_of("worker-3") == "worker" and role_of("api") == "api"
-    assert stack_env("worker")["LEASEWORK_KAFKA_BROKERS"] == KAFKA_WORKER_BROKERS
+    assert stack_env("worker-2")["LEASEWORK_KAFKA_BROKERS"] == KAFKA_WORKER_BROKERS["worker-2"]
     # an explicit extra_env still wins, for workers as for everyone
     env = app_env("worker-1", "127.0.0.1:9101", {}, {"LEASEWORK_KAFKA_BROKERS": KAFKA_BROKERS})
     assert env["LEASEWORK_KAFKA_BROKERS"] == KAFKA_BROKERS
@@ -284,6 +304,10 @@ def test_stale_stack_env_flags_outdated_defaults_but_not_deliberate_overrides() 
     assert stale_stack_env(expected, expected) == []
     # a value the stack never hands out is somebody's choice, not stale
     private = {**expected, "LEASEWORK_KAFKA_BROKERS": "127.0.0.1:40000"}
+    # worker-2 started when both workers shared worker-1's proxies: stale as well
+    expected_2 = app_env("worker-2", "127.0.0.1:9103", {"PATH": "/bin"})
+    shared = {**expected_2, "LEASEWORK_KAFKA_BROKERS": KAFKA_WORKER_BROKERS["worker-1"]}
+    assert stale_stack_env(shared, expected_2) == ["LEASEWORK_KAFKA_BROKERS"]
     assert stale_stack_env(private, expected) == []
     assert carried_over_env(private, expected, []) == {"LEASEWORK_KAFKA_BROKERS": "127.0.0.1:40000"}
     # the relay with the shared proxies is up to date

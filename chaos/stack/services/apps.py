@@ -6,11 +6,11 @@ defaults (DSN, redis, brokers) for any ``LEASEWORK_*`` the caller did not set; t
 per-process identity (``LEASEWORK_PROCESS_NAME``, ``LEASEWORK_OPS_ADDR``); ``extra_env``
 given to :meth:`Stack.start` (e.g. an unsafe-mode flag from the chaos harness).
 
-The default Kafka brokers depend on the role: workers get the ``kafka-N-workers`` proxies
-(N9097), everything else the ``kafka-N`` proxies (N9092), so the workers' Kafka link can be
-cut on its own. A running process still holding a stack default that is no longer its own
-(started before the defaults changed) is found by :func:`stale_stack_env`; ``Stack.up``
-restarts it.
+The default Kafka brokers depend on the process: each worker gets proxies of its own
+(``kafka-N-worker-1`` on N9097, ``kafka-N-worker-2`` on N9099), everything else the
+``kafka-N`` proxies (N9092), so one worker's Kafka link can be cut on its own. A running
+process still holding a stack default that is no longer its own (started before the
+defaults changed) is found by :func:`stale_stack_env`; ``Stack.up`` restarts it.
 
 worker-1 and worker-2 have the same command line, so identity also checks
 ``LEASEWORK_PROCESS_NAME`` in /proc/PID/environ.
@@ -46,19 +46,20 @@ def role_of(name: str) -> str:
     return re.sub(r"-[0-9]+$", "", name)
 
 
-def stack_env(role: str) -> dict[str, str]:
-    """The stack's defaults for a process of ``role``."""
+def stack_env(name: str) -> dict[str, str]:
+    """The stack's defaults for the process ``name`` (``worker-2``, ``relay``, ``migrate``)."""
     return {
         "LEASEWORK_POSTGRES_DSN": POSTGRES_DSN,
         "LEASEWORK_REDIS_ADDR": REDIS_ADDR,
-        "LEASEWORK_KAFKA_BROKERS": KAFKA_WORKER_BROKERS if role == "worker" else KAFKA_BROKERS,
+        "LEASEWORK_KAFKA_BROKERS": KAFKA_WORKER_BROKERS.get(name, KAFKA_BROKERS),
     }
 
 
-# every value the stack hands out as a default, per variable (over all roles)
+# every value the stack hands out as a default, per variable (over all processes). worker-1's
+# brokers are the ones both workers shared before each had its own, so a worker-2 still
+# running on them counts as stale.
 _STACK_DEFAULTS: dict[str, frozenset[str]] = {
-    key: frozenset(stack_env(role)[key] for role in ("api", "relay", "worker", "migrate"))
-    for key in stack_env("api")
+    key: frozenset(stack_env(name)[key] for name in (*APPS, "migrate")) for key in stack_env("api")
 }
 
 
@@ -70,7 +71,7 @@ def app_env(
 ) -> dict[str, str]:
     """Environment of one leasework process (pure; unit-tested)."""
     env = dict(base_env)
-    for key, value in stack_env(role_of(name)).items():
+    for key, value in stack_env(name).items():
         env.setdefault(key, value)
     env["LEASEWORK_PROCESS_NAME"] = name
     if ops_addr is not None:

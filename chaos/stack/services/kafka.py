@@ -6,12 +6,14 @@ Listeners per node N (ports from :func:`layout.kafka_ports`):
 * ``CONTROLLER`` N9094 KRaft quorum, direct (static ``controller.quorum.voters``)
 * ``EXTERNAL``   N9095 api and relay; *advertised as the toxiproxy address* N9092
   (proxy ``kafka-N``)
-* ``WORKERS``    N9096 the workers; *advertised as the toxiproxy address* N9097 (proxy
-  ``kafka-N-workers``)
+* ``WORKER_1``   N9096 worker-1; *advertised as the toxiproxy address* N9097 (proxy
+  ``kafka-N-worker-1``)
+* ``WORKER_2``   N9098 worker-2; *advertised as the toxiproxy address* N9099 (proxy
+  ``kafka-N-worker-2``)
 
 A broker answers a client with the advertised addresses of the listener the client came in
-through, so every byte between leasework and a broker crosses a proxy, and the workers'
-link can be cut apart from the relay's and the api's.
+through, so every byte between leasework and a broker crosses a proxy, and each worker's
+link can be cut apart from the other worker's, the relay's and the api's.
 
 A running node whose rendered ``server.properties`` differs from the one it was started
 with is reported by :meth:`KafkaNode.config_stale`; ``Stack.up`` restarts such nodes one at
@@ -32,7 +34,16 @@ from pathlib import Path
 
 from .. import tools
 from ..errors import StackError
-from ..layout import HOST, KAFKA_NODE_IDS, KAFKA_QUORUM_VOTERS, Layout, addr, kafka_ports
+from ..layout import (
+    HOST,
+    KAFKA_NODE_IDS,
+    KAFKA_QUORUM_VOTERS,
+    KAFKA_WORKERS,
+    Layout,
+    addr,
+    kafka_ports,
+    kafka_worker_listener,
+)
 from . import kafka_admin
 from .base import Service
 
@@ -84,16 +95,29 @@ def render_server_properties(node_id: int, log_dir: Path) -> str:
         "process.roles": "broker,controller",
         "node.id": node_id,
         "controller.quorum.voters": KAFKA_QUORUM_VOTERS,
-        "listeners": (
-            f"BROKER://{addr(p['broker'])},CONTROLLER://{addr(p['controller'])},"
-            f"EXTERNAL://{addr(p['external'])},WORKERS://{addr(p['workers'])}"
+        "listeners": ",".join(
+            [
+                f"BROKER://{addr(p['broker'])}",
+                f"CONTROLLER://{addr(p['controller'])}",
+                f"EXTERNAL://{addr(p['external'])}",
+                *(f"{kafka_worker_listener(w)}://{addr(p[w])}" for w in KAFKA_WORKERS),
+            ]
         ),
-        "advertised.listeners": (
-            f"BROKER://{addr(p['broker'])},EXTERNAL://{addr(p['proxy'])},"
-            f"WORKERS://{addr(p['workers_proxy'])}"
+        "advertised.listeners": ",".join(
+            [
+                f"BROKER://{addr(p['broker'])}",
+                f"EXTERNAL://{addr(p['proxy'])}",
+                *(f"{kafka_worker_listener(w)}://{addr(p[f'{w}-proxy'])}" for w in KAFKA_WORKERS),
+            ]
         ),
-        "listener.security.protocol.map": (
-            "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT,WORKERS:PLAINTEXT"
+        "listener.security.protocol.map": ",".join(
+            f"{listener}:PLAINTEXT"
+            for listener in (
+                "BROKER",
+                "CONTROLLER",
+                "EXTERNAL",
+                *(kafka_worker_listener(w) for w in KAFKA_WORKERS),
+            )
         ),
         "inter.broker.listener.name": "BROKER",
         "controller.listener.names": "CONTROLLER",
@@ -208,13 +232,15 @@ class KafkaNode(Service):
 
     def ports(self) -> tuple[int, ...]:
         p = kafka_ports(self.node_id)
-        return (p["broker"], p["controller"], p["external"], p["workers"])
+        return (p["broker"], p["controller"], p["external"], *(p[w] for w in KAFKA_WORKERS))
 
     def address(self) -> str:
         p = kafka_ports(self.node_id)
-        return (
-            f"{addr(p['external'])} (proxy {addr(p['proxy'])}), "
-            f"workers {addr(p['workers'])} (proxy {addr(p['workers_proxy'])})"
+        return ", ".join(
+            [
+                f"{addr(p['external'])} (proxy {addr(p['proxy'])})",
+                *(f"{w} {addr(p[w])} (proxy {addr(p[f'{w}-proxy'])})" for w in KAFKA_WORKERS),
+            ]
         )
 
     def rendered_properties(self) -> str:

@@ -1,8 +1,8 @@
 """Toxiproxy: the single path between leasework and postgres / redis / each Kafka broker.
 
-Each broker N has two proxies: ``kafka-N`` (api, relay) and ``kafka-N-workers`` (the
-workers, through the broker's ``WORKERS`` listener), so the workers' Kafka link can be
-cut, slowed or reset apart from the relay's.
+Each broker N has three proxies: ``kafka-N`` (api, relay), ``kafka-N-worker-1`` and
+``kafka-N-worker-2`` (each worker through a broker listener of its own), so one worker's
+Kafka link can be cut, slowed or reset apart from the other worker's and the relay's.
 
 Proxy definitions live in ``toxiproxy/proxies.json`` (Toxiproxy's config/populate
 format). The server loads them with ``-config`` at start; on every ``up`` the
@@ -84,4 +84,26 @@ class Toxiproxy(Service):
         return r.status_code == 200
 
     def after_ready(self, fresh: bool) -> None:
-        populate(load_proxies(self.layout.proxies_json))
+        proxies = load_proxies(self.layout.proxies_json)
+        remove_retired(proxies)
+        populate(proxies)
+
+
+# the chaos harness's runtime proxies (chaos.nemesis.RUNTIME_PREFIX) are not ours to remove
+HARNESS_PREFIX = "chaos-"
+
+
+def retired_proxies(running: list[str], defined: list[dict[str, object]]) -> list[str]:
+    """Proxies a running server has that the definitions no longer name (pure): a renamed
+    proxy would otherwise keep its port and make ``/populate`` fail."""
+    names = {str(p["name"]) for p in defined}
+    return sorted(n for n in running if n not in names and not n.startswith(HARNESS_PREFIX))
+
+
+def remove_retired(defined: list[dict[str, object]], timeout: float = 5.0) -> None:
+    r = httpx.get(f"{API}/proxies", timeout=timeout)
+    r.raise_for_status()
+    for name in retired_proxies(list(r.json()), defined):
+        d = httpx.delete(f"{API}/proxies/{name}", timeout=timeout)
+        if not d.is_success and d.status_code != 404:
+            raise StackError(f"toxiproxy: DELETE /proxies/{name} -> {d.status_code} {d.text}")
