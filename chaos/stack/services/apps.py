@@ -18,7 +18,6 @@ worker-1 and worker-2 have the same command line, so identity also checks
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -37,13 +36,6 @@ from ..layout import (
 from ..procs import ProcInfo, read_environ
 from ..readiness import http_ok
 from .base import Service
-
-
-def role_of(name: str) -> str:
-    """``worker-2`` -> ``worker``; a known app's configured role; else the name itself."""
-    if name in APPS:
-        return APPS[name][0]
-    return re.sub(r"-[0-9]+$", "", name)
 
 
 def stack_env(name: str) -> dict[str, str]:
