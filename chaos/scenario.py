@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import submit_value
+from chaos.stack.layout import PROXIES as STACK_PROXIES
 from leasework.config import UNSAFE_LEASE_MODE
 
 # ---------------------------------------------------------------- the fault vocabulary
@@ -81,22 +82,11 @@ KAFKA_FAULTS: tuple[str, ...] = ("kafka_kill",)
 REDIS_FAULTS: tuple[str, ...] = ("redis_restart", "redis_flushall")
 FAULTS: tuple[str, ...] = TOXIC_FAULTS + PROCESS_FAULTS + KAFKA_FAULTS + REDIS_FAULTS
 
-# toxiproxy proxies (toxiproxy/proxies.json) and the leasework processes of the local stack
+# toxiproxy proxies (chaos/stack/layout.py, toxiproxy/proxies.json) and the leasework
+# processes of the local stack
 # kafka-N carries the api's and the relay's Kafka traffic, kafka-N-worker-M worker-M's (each
 # broker advertises the proxy of the listener a client came in through)
-PROXIES: tuple[str, ...] = (
-    "postgres",
-    "redis",
-    "kafka-1",
-    "kafka-2",
-    "kafka-3",
-    "kafka-1-worker-1",
-    "kafka-2-worker-1",
-    "kafka-3-worker-1",
-    "kafka-1-worker-2",
-    "kafka-2-worker-2",
-    "kafka-3-worker-2",
-)
+PROXIES: tuple[str, ...] = tuple(STACK_PROXIES)  # the order seeds the random mix's targets
 PROCESSES: tuple[str, ...] = ("worker-1", "worker-2", "relay", "api")
 KAFKA_NODES: tuple[str, ...] = ("kafka-1", "kafka-2", "kafka-3")
 # a kafka_kill target resolved when the fault starts: the workers' group coordinator

@@ -278,20 +278,12 @@ class Outcome:
     retry_in: float | None = None  # seconds, for failed
 
 
-def job_finish(
-    conn: psycopg.Connection,
-    job_id: uuid.UUID,
-    fence: int,
-    outcome: Outcome,
-    *,
-    dlq_topic: str,
-    effects: list | None = None,
+def _leave_running(
+    conn: psycopg.Connection, job_id: uuid.UUID, fence: int, outcome: Outcome
 ) -> Row | None:
-    """The fenced terminal write: the outcome, the attempt row and the handler's effects in one
-    transaction, only if ``fence`` still holds. None means a newer claim exists; the caller
-    must roll back (raise) so none of the effects commit."""
-    transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
-    row = conn.execute(
+    """Move a job out of ``running`` under ``fence``: its outcome, its retry time, the lease
+    cleared. None when the job is no longer running under that fence (a newer claim)."""
+    return conn.execute(
         f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s,
                    run_at = CASE WHEN %(retry)s::float8 IS NULL THEN run_at
                                  ELSE now() + make_interval(secs => %(retry)s::float8) END,
@@ -308,6 +300,22 @@ def job_finish(
             "fence": fence,
         },
     ).fetchone()
+
+
+def job_finish(
+    conn: psycopg.Connection,
+    job_id: uuid.UUID,
+    fence: int,
+    outcome: Outcome,
+    *,
+    dlq_topic: str,
+    effects: list | None = None,
+) -> Row | None:
+    """The fenced terminal write: the outcome, the attempt row and the handler's effects in one
+    transaction, only if ``fence`` still holds. None means a newer claim exists; the caller
+    must roll back (raise) so none of the effects commit."""
+    transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
+    row = _leave_running(conn, job_id, fence, outcome)
     if row is None:
         return None
     conn.execute(
@@ -393,15 +401,8 @@ def jobs_reap_expired(
                WHERE job_id = %s AND fence = %s AND finished_at IS NULL""",
             (error, row["id"], row["fence"]),
         )
-        updated = conn.execute(
-            f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s,
-                       run_at = CASE WHEN %(retry)s::float8 IS NULL THEN run_at
-                                     ELSE now() + make_interval(secs => %(retry)s::float8) END,
-                       lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
-                       finished_at = CASE WHEN %(status)s = 'dead' THEN now() END
-                WHERE id = %(id)s RETURNING {JOB_COLUMNS}""",
-            {"status": str(status), "error": error, "retry": retry, "id": row["id"]},
-        ).fetchone()
+        # the row is locked, running under this fence: the update cannot miss
+        updated = _leave_running(conn, row["id"], row["fence"], Outcome(status, error, retry))
         if status == Status.DEAD:
             outbox_add(conn, row["id"], dlq_message(updated, dlq_topic))
         reaped.append(updated)

@@ -112,8 +112,8 @@ PROXIES: dict[str, tuple[int, int]] = {
     **{f"kafka-{n}": (kafka_ports(n)["proxy"], kafka_ports(n)["external"]) for n in KAFKA_NODE_IDS},
     **{
         f"kafka-{n}-{worker}": (kafka_ports(n)[f"{worker}-proxy"], kafka_ports(n)[worker])
-        for n in KAFKA_NODE_IDS
         for worker in KAFKA_WORKERS
+        for n in KAFKA_NODE_IDS
     },
 }
 

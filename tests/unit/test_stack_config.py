@@ -220,10 +220,10 @@ def test_proxies_json_in_repo_matches_the_port_contract() -> None:
         "kafka-2",
         "kafka-3",
         "kafka-1-worker-1",
-        "kafka-1-worker-2",
         "kafka-2-worker-1",
-        "kafka-2-worker-2",
         "kafka-3-worker-1",
+        "kafka-1-worker-2",
+        "kafka-2-worker-2",
         "kafka-3-worker-2",
     ]
     assert json.loads((REPO / "toxiproxy" / "proxies.json").read_text())[0]["listen"] == (
