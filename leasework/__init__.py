@@ -1,0 +1,48 @@
+"""leasework: a distributed job scheduler on Postgres, Kafka and Redis.
+
+The public surface is what this module exports; everything else is internal and may change.
+``tests/unit/test_exports.py`` pins it.
+"""
+
+from leasework.app import App, JobType
+from leasework.client import ApiError, AsyncClient, Client
+from leasework.context import JobContext
+from leasework.enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async, job
+from leasework.errors import (
+    AppError,
+    AppLoadError,
+    FieldError,
+    IdempotencyConflict,
+    InvalidJob,
+    JobFailed,
+    LeaseworkError,
+    Permanent,
+    UnknownJobType,
+    WaitTimeout,
+)
+from leasework.states import Status
+
+__all__ = [
+    "ApiError",
+    "App",
+    "AppError",
+    "AppLoadError",
+    "AsyncClient",
+    "Client",
+    "FieldError",
+    "IdempotencyConflict",
+    "InvalidJob",
+    "JobContext",
+    "JobFailed",
+    "JobType",
+    "LeaseworkError",
+    "Permanent",
+    "Status",
+    "UnknownJobType",
+    "WaitTimeout",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "enqueue_many_async",
+    "job",
+]

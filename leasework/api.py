@@ -1,14 +1,17 @@
 """The HTTP API (Quart-trio on Hypercorn's Trio worker).
 
-``POST /jobs`` writes the job and, when it is due now, its outbox row in one transaction and
-answers 202; a delayed job is stored ``scheduled`` and gets its outbox row from the promoter.
-Every error is ``application/problem+json``.
+``POST /jobs`` and ``POST /jobs/batch`` check each job against the loaded app (its type, its
+payload model) and the store's limits, then write the jobs and, for those due now, their
+outbox rows in one transaction, and answer 202. A delayed job is stored ``scheduled`` and gets
+its outbox row from the promoter. Every error is ``application/problem+json`` and says what
+to do; only a store that really cannot be reached is a 503.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import logging
 import uuid
@@ -20,42 +23,66 @@ from quart import request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from leasework import handlers, metrics, store
+from leasework import metrics, store
+from leasework.app import TYPE_NAME_PATTERN, App
 from leasework.config import Settings
 from leasework.db import Database
+from leasework.errors import FieldError
 from leasework.health import Health
-from leasework.openapi import OPENAPI
+from leasework.jsonlimits import MalformedJSON, parse_json
+from leasework.openapi import openapi_document
 from leasework.problems import Problem
 from leasework.service import add_ops_routes
-from leasework.states import Status
-from leasework.validation import request_hash, validate_submission
+from leasework.states import RETRYABLE, Status
+from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row
+from leasework.validation import batch_requests, job_request, parse_run_at
 
 log = logging.getLogger("leasework.api")
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
-MAX_IDEMPOTENCY_KEY = 200
+MAX_BULK_RETRY = 10_000
+
+JOB_FIELDS = (
+    "type",
+    "payload",
+    "status",
+    "attempt",
+    "max_attempts",
+    "timeout_seconds",
+    "ordering_key",
+    "last_error",
+    "cancel_requested",
+    "result",
+    "deferrals",
+)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
 
 
 def job_view(row: dict[str, Any]) -> dict[str, Any]:
-    view = {
-        k: row[k]
-        for k in (
-            "type",
-            "payload",
-            "status",
-            "attempt",
-            "max_attempts",
-            "timeout_seconds",
-            "ordering_key",
-            "last_error",
-            "cancel_requested",
-        )
-    }
+    view = {k: row[k] for k in JOB_FIELDS}
     view["id"] = str(row["id"])
     for key in ("run_at", "created_at", "updated_at", "started_at", "finished_at"):
-        view[key] = row[key].isoformat() if row[key] is not None else None
+        view[key] = _iso(row[key])
     return view
+
+
+def accepted_view(job: JobRequest, inserted: store.Inserted) -> dict[str, Any]:
+    """The answer to a submit: the job as accepted (a replay: the earlier job, now)."""
+    return {
+        "id": str(inserted.id),
+        "type": job.type,
+        "status": str(inserted.status),
+        "run_at": _iso(inserted.run_at),
+        "created_at": _iso(inserted.created_at),
+        "max_attempts": inserted.max_attempts,
+        "timeout_seconds": inserted.timeout_seconds,
+        "ordering_key": job.ordering_key,
+        "replay": inserted.replay,
+    }
 
 
 def encode_cursor(row: dict[str, Any]) -> str:
@@ -67,8 +94,11 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, job_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), uuid.UUID(job_id)
-    except (ValueError, TypeError, binascii.Error):
+        parsed = datetime.fromisoformat(created_at)
+        if parsed.tzinfo is None:
+            raise ValueError("no offset")
+        return parsed, uuid.UUID(job_id)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
         raise Problem(
             400,
             "bad-cursor",
@@ -87,10 +117,76 @@ def parse_job_id(raw: str) -> uuid.UUID:
         ) from None
 
 
-def create_app(settings: Settings, db: Database, health: Health) -> QuartTrio:
+def invalid(errors: list[FieldError], what: str = "fix these fields and resubmit") -> Problem:
+    names = ", ".join(dict.fromkeys(e.field for e in errors[:20]))
+    return Problem(
+        422,
+        "invalid-fields",
+        "Invalid fields",
+        f"{what}: {names}; nothing was written",
+        errors=[e.as_dict() for e in errors],
+    )
+
+
+def conflict(key: str | None, job_id: uuid.UUID, index: int | None = None) -> Problem:
+    where = f"jobs[{index}]: " if index is not None else ""
+    return Problem(
+        409,
+        "idempotency-key-reused",
+        "Idempotency-Key reused with a different body",
+        f"{where}the idempotency key {key!r} was used for a different request; use a new key "
+        "for a new job, or resend the original body to get the original job; nothing was "
+        "written",
+        job_id=str(job_id),
+        **({"index": index} if index is not None else {}),
+    )
+
+
+async def json_body(limit: int) -> Any:
+    content_type = (request.mimetype or "").lower()
+    if content_type != "application/json":
+        raise Problem(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            f"send JSON with Content-Type: application/json (got {request.content_type or 'none'})",
+        )
+    raw = await request.get_data(as_text=False)
+    if len(raw) > limit:
+        raise body_too_large(limit)
+    try:
+        return parse_json(raw)
+    except MalformedJSON as exc:
+        raise Problem(
+            400,
+            "malformed-json",
+            "Malformed JSON",
+            f"the body is not valid JSON: {exc}; nothing was written",
+        ) from None
+
+
+def body_too_large(limit: int) -> Problem:
+    return Problem(
+        413,
+        "body-too-large",
+        "Request body too large",
+        f"the body exceeds {limit} bytes; send a smaller payload (store large data elsewhere "
+        "and pass a reference), or split a batch",
+    )
+
+
+def query_type(raw: str | None) -> str | None:
+    if raw is not None and not TYPE_NAME_PATTERN.match(raw):
+        raise invalid([FieldError("type", "must be 1-100 letters, digits and _ . : -")])
+    return raw
+
+
+def create_app(settings: Settings, db: Database, health: Health, jobs_app: App) -> QuartTrio:
     app = QuartTrio("leasework-api")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_batch_bytes)
     add_ops_routes(app, health, settings.process_name)
+    defaults = Defaults(settings.default_max_attempts, settings.default_timeout_seconds)
+    spec = openapi_document(jobs_app)
 
     @app.errorhandler(Problem)
     async def on_problem(problem: Problem):
@@ -99,13 +195,7 @@ def create_app(settings: Settings, db: Database, health: Health) -> QuartTrio:
     @app.errorhandler(HTTPException)
     async def on_http_error(exc: HTTPException):
         if exc.code == 413:
-            problem = Problem(
-                413,
-                "body-too-large",
-                "Request body too large",
-                f"the body exceeds {settings.max_body_bytes} bytes; send a smaller payload "
-                "(store large data elsewhere and pass a reference)",
-            )
+            problem = body_too_large(app.config["MAX_CONTENT_LENGTH"])
         elif exc.code == 405:
             problem = Problem(
                 405,
@@ -117,8 +207,9 @@ def create_app(settings: Settings, db: Database, health: Health) -> QuartTrio:
             problem = Problem(exc.code or 500, "http-error", exc.name, exc.description or exc.name)
         return problem.response(request.path)
 
-    @app.errorhandler(psycopg.Error)
-    async def on_database_error(exc: psycopg.Error):
+    @app.errorhandler(psycopg.OperationalError)
+    @app.errorhandler(psycopg.InterfaceError)
+    async def on_store_unreachable(exc: psycopg.Error):
         log.warning("database unavailable", extra={"error": str(exc)[:300]})
         return (
             Problem(
@@ -132,81 +223,105 @@ def create_app(settings: Settings, db: Database, health: Health) -> QuartTrio:
             {"Retry-After": "2"},
         )
 
+    @app.errorhandler(psycopg.DataError)
+    async def on_store_refused(exc: psycopg.DataError):
+        # the checks before every write should make this unreachable; if one was missed, it
+        # is still the client's input, not an outage, and retrying it cannot help
+        log.error("store refused a value the checks let through", extra={"error": str(exc)[:300]})
+        return Problem(
+            422,
+            "value-refused",
+            "Value refused by the job store",
+            f"the job store cannot keep a value of this request ({exc.diag.message_primary}); "
+            "nothing was written. Change the request; retrying it as is will fail again.",
+        ).response(request.path)
+
+    @app.errorhandler(Exception)
+    async def on_bug(exc: Exception):
+        log.exception("unhandled error", extra={"path": request.path})
+        return Problem(
+            500,
+            "internal-error",
+            "Internal error",
+            "leasework failed on this request (a bug, logged with its traceback); nothing of it "
+            "is known to be written unless GET says so. Please report it.",
+        ).response(request.path)
+
     @app.get("/openapi.json")
     async def openapi():
-        return OPENAPI
+        return spec
+
+    @app.get("/job-types")
+    async def job_types():
+        return {
+            "app": jobs_app.name,
+            "job_types": [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "payload_schema": t.payload_schema(),
+                    "max_attempts": t.max_attempts or settings.default_max_attempts,
+                    "timeout_seconds": t.timeout_seconds or settings.default_timeout_seconds,
+                    "backoff": list(t.backoff or (settings.retry_base, settings.retry_cap)),
+                }
+                for t in jobs_app
+            ],
+        }
+
+    async def insert(jobs: list[JobRequest], *, batch: bool) -> list[store.Inserted]:
+        rows = [insert_row(job, jobs_app, defaults) for job in jobs]
+
+        def write(conn: psycopg.Connection) -> list[store.Inserted]:
+            inserted = store.jobs_insert(conn, rows, settings.topic_ready)
+            for index, result in enumerate(inserted):
+                if result.conflict:
+                    # all or nothing: the transaction rolls back whatever else was inserted
+                    key = jobs[index].idempotency_key
+                    raise conflict(key, result.id, index if batch else None)
+            return inserted
+
+        inserted = await db.run(write)
+        for job, result in zip(jobs, inserted, strict=True):
+            if not result.replay:
+                metrics.jobs_submitted.labels(metrics.type_label(job.type)).inc()
+        return inserted
 
     @app.post("/jobs")
     async def submit():
-        content_type = (request.mimetype or "").lower()
-        if content_type != "application/json":
-            raise Problem(
-                415,
-                "unsupported-media-type",
-                "Unsupported media type",
-                f"send the job as JSON with Content-Type: application/json (got "
-                f"{request.content_type or 'none'})",
-            )
-        raw = await request.get_data(as_text=False)
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Problem(
-                400,
-                "malformed-json",
-                "Malformed JSON",
-                f"the body is not valid JSON: {exc}; nothing was written",
-            ) from None
-        result = validate_submission(
-            body,
-            default_max_attempts=settings.default_max_attempts,
-            default_timeout=settings.default_timeout_seconds,
-        )
-        if isinstance(result, list):
-            names = ", ".join(e.field for e in result)
-            raise Problem(
-                422,
-                "invalid-fields",
-                "Invalid fields",
-                f"fix these fields and resubmit: {names}",
-                errors=[e.as_dict() for e in result],
-            )
+        body = await json_body(settings.max_body_bytes)
         key = request.headers.get("Idempotency-Key")
-        if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        if key is not None and not 1 <= len(key) <= MAX_KEY_CHARS:
             raise Problem(
                 422,
                 "invalid-idempotency-key",
                 "Invalid Idempotency-Key",
-                f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} characters",
+                f"Idempotency-Key must be 1-{MAX_KEY_CHARS} characters",
             )
-        new = store.NewJob(
-            type=result.type,
-            payload=result.payload,
-            run_at=result.run_at,
-            max_attempts=result.max_attempts,
-            timeout_seconds=result.timeout_seconds,
-            ordering_key=result.ordering_key,
-            idempotency_key=key,
-            request_hash=request_hash(body) if key is not None else None,
-        )
-        inserted = await db.run(store.job_insert, new, settings.topic_ready)
-        if inserted.conflict:
-            raise Problem(
-                409,
-                "idempotency-key-reused",
-                "Idempotency-Key reused with a different body",
-                "this Idempotency-Key was used for a different request; use a new key for a "
-                "new job, or resend the original body to get the original job",
-                job_id=str(inserted.job["id"]),
+        parsed = job_request(body, jobs_app, idempotency_key=key)
+        if isinstance(parsed, list):
+            header = "Idempotency-Key (header)"
+            raise invalid(
+                [
+                    FieldError(header, e.message) if e.field == "idempotency_key" else e
+                    for e in parsed
+                ]
             )
-        view = job_view(inserted.job)
-        view["replay"] = inserted.replay
-        if not inserted.replay:
-            metrics.jobs_submitted.labels(handlers.metric_type(result.type)).inc()
+        (inserted,) = await insert([parsed], batch=False)
+        view = accepted_view(parsed, inserted)
         headers = {"Location": f"/jobs/{view['id']}"}
         if inserted.replay:
             headers["Idempotent-Replayed"] = "true"
         return view, 202, headers
+
+    @app.post("/jobs/batch")
+    async def submit_batch():
+        body = await json_body(settings.max_batch_bytes)
+        parsed = batch_requests(body, jobs_app)
+        if parsed and isinstance(parsed[0], FieldError):
+            raise invalid(parsed, "fix these items and resubmit the whole batch")  # type: ignore[arg-type]
+        jobs: list[JobRequest] = parsed  # type: ignore[assignment]
+        inserted = await insert(jobs, batch=True)
+        return {"jobs": [accepted_view(j, i) for j, i in zip(jobs, inserted, strict=True)]}, 202
 
     @app.get("/jobs/<job_id>")
     async def get_job(job_id: str):
@@ -220,27 +335,18 @@ def create_app(settings: Settings, db: Database, health: Health) -> QuartTrio:
         args = request.args
         status = args.get("status")
         if status is not None and status not in {s.value for s in Status}:
-            raise Problem(
-                422,
-                "invalid-fields",
-                "Invalid fields",
-                f"status must be one of: {', '.join(s.value for s in Status)}",
-                errors=[{"field": "status", "message": f"unknown status {status!r}"}],
+            raise invalid(
+                [FieldError("status", f"must be one of: {', '.join(s.value for s in Status)}")]
             )
+        job_type = query_type(args.get("type"))
         raw_limit = args.get("limit", str(DEFAULT_LIST_LIMIT))
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
-            raise Problem(
-                422,
-                "invalid-fields",
-                "Invalid fields",
-                f"limit must be an integer from 1 to {MAX_LIST_LIMIT}",
-                errors=[{"field": "limit", "message": f"got {raw_limit!r}"}],
-            )
+            raise invalid([FieldError("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}")])
         limit = int(raw_limit)
         after = decode_cursor(args["cursor"]) if args.get("cursor") else None
         rows = await db.run(
             lambda conn: store.job_list(
-                conn, status=status, job_type=args.get("type"), after=after, limit=limit + 1
+                conn, status=status, job_type=job_type, after=after, limit=limit + 1
             )
         )
         page = rows[:limit]
@@ -264,6 +370,71 @@ def create_app(settings: Settings, db: Database, health: Health) -> QuartTrio:
         view = job_view(result.job)
         # 200: cancelled now; 202: the running worker was asked to stop
         return view, (200 if result.outcome == "cancelled" else 202)
+
+    @app.post("/jobs/<job_id>/retry")
+    async def retry(job_id: str):
+        retry_one = functools.partial(store.job_retry, topic=settings.topic_ready)
+        result = await db.run(retry_one, parse_job_id(job_id))
+        if result.outcome == "missing":
+            raise Problem(404, "job-not-found", "Job not found", f"no job has id {job_id}")
+        if result.outcome == "not-retryable":
+            raise Problem(
+                409,
+                "job-not-retryable",
+                "Job cannot be retried",
+                f"job {job_id} is {result.job['status']}; only "
+                f"{' or '.join(sorted(RETRYABLE))} jobs can be retried",
+            )
+        return job_view(result.job), 200
+
+    @app.post("/jobs/retry")
+    async def retry_many():
+        body = await json_body(settings.max_body_bytes)
+        errors: list[FieldError] = []
+        if not isinstance(body, dict):
+            raise invalid([FieldError("(body)", "must be a JSON object of filters")])
+        allowed = {"type", "status", "finished_after", "finished_before", "limit"}
+        errors += [
+            FieldError(k, "unknown field; allowed: " + ", ".join(sorted(allowed)))
+            for k in sorted(set(body) - allowed, key=str)
+        ]
+        status = body.get("status", "dead")
+        if status not in RETRYABLE:
+            errors.append(FieldError("status", f"must be one of {sorted(RETRYABLE)}"))
+        job_type = body.get("type")
+        if job_type is not None and (
+            not isinstance(job_type, str) or not TYPE_NAME_PATTERN.match(job_type)
+        ):
+            errors.append(FieldError("type", "must be 1-100 letters, digits and _ . : -"))
+        bounds: dict[str, datetime | None] = {}
+        for name in ("finished_after", "finished_before"):
+            raw = body.get(name)
+            parsed = parse_run_at(raw) if raw is not None else None
+            if isinstance(parsed, FieldError):
+                errors.append(FieldError(name, parsed.message))
+                parsed = None
+            bounds[name] = parsed
+        limit = body.get("limit", 1000)
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_BULK_RETRY
+        ):
+            errors.append(FieldError("limit", f"must be an integer from 1 to {MAX_BULK_RETRY}"))
+        if errors:
+            raise invalid(errors)
+        count = await db.run(
+            lambda conn: store.jobs_retry_matching(
+                conn,
+                statuses=[status],
+                job_type=job_type,
+                finished_after=bounds["finished_after"],
+                finished_before=bounds["finished_before"],
+                limit=limit,
+                topic=settings.topic_ready,
+            )
+        )
+        return {"retried": count}, 200
 
     @app.route("/<path:unknown>", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def not_found(unknown: str):

@@ -1,4 +1,5 @@
-"""``leasework ROLE`` runs a process; ``leasework submit|get|list|cancel|smoke`` talk to the API."""
+"""``leasework ROLE [--app module:attr]`` runs a process (api, relay, worker, dev, migrate);
+``leasework submit|get|list|cancel|retry|wait|smoke`` talk to the API."""
 
 from __future__ import annotations
 
@@ -10,15 +11,42 @@ from typing import Any
 
 from leasework import config
 
-ROLES = ("api", "relay", "worker", "migrate")
+ROLES = ("api", "relay", "worker", "dev", "migrate")
 
 
-def run_role(role: str) -> int:
+def role_arguments(role: str, args: list[str]) -> str | None:
+    """``--app module:attr`` (or ``--app=...``) after a role: the app to load, if given."""
+    parser = argparse.ArgumentParser(prog=f"leasework {role}")
+    parser.add_argument(
+        "--app",
+        help="your job types, as module:attribute (several comma-separated); default "
+        "$LEASEWORK_APP",
+    )
+    return parser.parse_args(args).app
+
+
+def run_role(role: str, args: list[str] | None = None) -> int:
+    import os
+
+    app_spec = role_arguments(role, args or [])
+    if app_spec is not None:
+        os.environ["LEASEWORK_APP"] = app_spec
     try:
         settings = config.load(role)
     except config.ConfigError as exc:
         print(f"leasework {role}: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    app = None
+    if settings.app is not None:
+        from leasework.app import load_app
+        from leasework.errors import AppLoadError
+
+        variable = "--app" if app_spec is not None else "LEASEWORK_APP"
+        try:
+            app = load_app(settings.app, variable)
+        except AppLoadError as exc:
+            print(f"leasework {role}: cannot load the app: {exc}", file=sys.stderr)
+            return 2
     from leasework import logs
 
     logs.configure(settings.process_name, settings.log_level)
@@ -41,9 +69,10 @@ def run_role(role: str) -> int:
 
     import trio
 
-    from leasework.roles import LONG_RUNNING
+    from leasework.roles import LONG_RUNNING, prepare
 
-    trio.run(LONG_RUNNING[role], settings)
+    prepare(app)
+    trio.run(LONG_RUNNING[role], settings, app)
     return 0
 
 
@@ -72,10 +101,66 @@ def smoke(url: str, timeout: float) -> int:
         return 1
 
 
+BATCH = 1000
+
+
+def read_jobs_file(path: str) -> list[dict[str, Any]]:
+    """Jobs from a JSON Lines file (``-``: standard input): one object per line with ``type``
+    and the optional fields of a batch item. Raises ValueError naming the bad line."""
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    jobs = []
+    with handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not JSON: {exc}") from None
+            if not isinstance(item, dict) or "type" not in item:
+                raise ValueError(f"{path}:{number}: each line must be an object with a type")
+            jobs.append((number, item))
+    return jobs
+
+
+def submit_file(client: Any, path: str) -> int:
+    from leasework.client import ApiError
+
+    try:
+        numbered = read_jobs_file(path)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}; nothing was submitted", file=sys.stderr)
+        return 2
+    done = 0
+    for start in range(0, len(numbered), BATCH):
+        chunk = numbered[start : start + BATCH]
+        try:
+            accepted = client.submit_many(item for _, item in chunk)
+        except ApiError as exc:
+            print(f"error: lines {chunk[0][0]}-{chunk[-1][0]} refused: {exc}", file=sys.stderr)
+            for error in exc.problem.get("errors") or []:
+                field = str(error.get("field"))
+                if field.startswith("jobs["):
+                    index, _, rest = field[5:].partition("]")
+                    field = f"line {chunk[int(index)][0]}{rest}"
+                print(f"  {field}: {error.get('message')}", file=sys.stderr)
+            print(
+                f"{done} job(s) before line {chunk[0][0]} were accepted; fix the file and run "
+                "it again (give each line an idempotency_key to make a re-run safe)",
+                file=sys.stderr,
+            )
+            return 1
+        for (number, _), job in zip(chunk, accepted, strict=True):
+            print(json.dumps({"line": number, **job}))
+        done += len(accepted)
+    print(f"submitted {done} job(s) from {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ROLES:
-        return run_role(argv[0])
+        return run_role(argv[0], argv[1:])
     parser = argparse.ArgumentParser(prog="leasework", description=__doc__)
     parser.add_argument(
         "--url",
@@ -84,10 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for role in ROLES:
-        sub.add_parser(role, help=f"run the {role} process")
-    p = sub.add_parser("submit", help="submit a job")
-    p.add_argument("type")
+        sub.add_parser(role, help=f"run the {role} process (--app module:attr)")
+    p = sub.add_parser("submit", help="submit a job, or every job of a JSON Lines file")
+    p.add_argument("type", nargs="?")
     p.add_argument("payload", nargs="?", default="{}", help="JSON payload")
+    p.add_argument("--file", help="JSON Lines of jobs, 1,000 per request ('-': stdin)")
     p.add_argument("--delay", type=float, dest="delay_seconds")
     p.add_argument("--run-at", dest="run_at")
     p.add_argument("--max-attempts", type=int)
@@ -96,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idempotency-key")
     p = sub.add_parser("get", help="show a job")
     p.add_argument("job_id")
+    p = sub.add_parser("wait", help="wait for a job to finish; print its result")
+    p.add_argument("job_id")
+    p.add_argument("--timeout", type=float, default=60.0)
     p = sub.add_parser("list", help="list jobs, newest first")
     p.add_argument("--status")
     p.add_argument("--type")
@@ -103,11 +192,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cursor")
     p = sub.add_parser("cancel", help="cancel a job")
     p.add_argument("job_id")
+    p = sub.add_parser(
+        "retry", help="retry a dead or cancelled job, or every one matching the filters"
+    )
+    p.add_argument("job_id", nargs="?")
+    p.add_argument("--type")
+    p.add_argument("--status", choices=("dead", "cancelled"))
+    p.add_argument("--since", dest="finished_after", help="finished at or after (RFC 3339)")
+    p.add_argument("--until", dest="finished_before", help="finished before (RFC 3339)")
+    p.add_argument("--limit", type=int)
     p = sub.add_parser("smoke", help="submit a noop job and wait for it to succeed")
     p.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
 
     from leasework.client import DEFAULT_URL, ApiError, Client
+    from leasework.errors import JobFailed, WaitTimeout
 
     url = args.url or DEFAULT_URL
     if args.command == "smoke":
@@ -117,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Client(url) as client:
             if args.command == "submit":
+                if args.file is not None:
+                    return submit_file(client, args.file)
+                if args.type is None:
+                    parser.error("submit needs a TYPE (or --file)")
                 try:
                     payload = json.loads(args.payload)
                 except ValueError as exc:
@@ -136,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
             elif args.command == "get":
                 _print(client.get(args.job_id))
+            elif args.command == "wait":
+                try:
+                    _print(client.wait(args.job_id, args.timeout))
+                except (JobFailed, WaitTimeout) as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    return 1
             elif args.command == "list":
                 _print(
                     client.list(
@@ -144,6 +253,21 @@ def main(argv: list[str] | None = None) -> int:
                 )
             elif args.command == "cancel":
                 _print(client.cancel(args.job_id))
+            elif args.command == "retry":
+                filters = (args.type, args.status, args.finished_after, args.finished_before)
+                if args.job_id is not None:
+                    if any(f is not None for f in filters):
+                        parser.error("retry takes a JOB_ID or filters, not both")
+                    _print(client.retry(args.job_id))
+                else:
+                    count = client.retry_many(
+                        type=args.type,
+                        status=args.status,
+                        finished_after=args.finished_after,
+                        finished_before=args.finished_before,
+                        limit=args.limit,
+                    )
+                    _print({"retried": count})
     except ApiError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if errors := exc.problem.get("errors"):

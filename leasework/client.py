@@ -1,13 +1,18 @@
 """A small client of the leasework HTTP API: :class:`Client` (blocking) and
-:class:`AsyncClient` (Trio or asyncio, through httpx)."""
+:class:`AsyncClient` (Trio or asyncio, through httpx and anyio)."""
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import anyio
 import httpx
+
+from leasework.errors import JobFailed, WaitTimeout
 
 DEFAULT_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
 
@@ -58,6 +63,27 @@ def _headers(idempotency_key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": idempotency_key} if idempotency_key else {}
 
 
+def batch_item(job: Mapping[str, Any]) -> dict[str, Any]:
+    """One item of ``POST /jobs/batch`` from ``{"type", "payload", "idempotency_key", ...}``
+    (the keyword arguments of :meth:`Client.submit`, plus ``type`` and ``payload``)."""
+    options = {k: v for k, v in job.items() if k not in ("type", "payload", "idempotency_key")}
+    body = submit_body(job["type"], job.get("payload"), **options)
+    if job.get("idempotency_key"):
+        body["idempotency_key"] = job["idempotency_key"]
+    return body
+
+
+FINAL = {"succeeded", "dead", "cancelled"}
+WAIT_INTERVAL = 0.2
+
+
+def _settled(job: dict[str, Any]) -> Any:
+    """The result of a finished job, or raise :class:`JobFailed`; None while still going."""
+    if job["status"] == "succeeded":
+        return job.get("result")
+    raise JobFailed(job)
+
+
 class Client:
     def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 10.0) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=timeout)
@@ -88,6 +114,34 @@ class Client:
 
     def cancel(self, job_id: str | uuid.UUID) -> dict[str, Any]:
         return _result(self.http.post(f"/jobs/{job_id}/cancel"))
+
+    def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Submit up to 1,000 jobs in one request, all or nothing (``POST /jobs/batch``)."""
+        body = {"jobs": [batch_item(job) for job in jobs]}
+        return _result(self.http.post("/jobs/batch", json=body))["jobs"]
+
+    def retry(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        """Put a dead or cancelled job back in the queue with a fresh attempt budget."""
+        return _result(self.http.post(f"/jobs/{job_id}/retry"))
+
+    def retry_many(self, **filters: Any) -> int:
+        """Retry dead (or ``status="cancelled"``) jobs by ``type``, ``finished_after``,
+        ``finished_before`` (RFC 3339), at most ``limit``; returns how many."""
+        body = {k: v for k, v in filters.items() if v is not None}
+        return _result(self.http.post("/jobs/retry", json=body))["retried"]
+
+    def wait(self, job_id: str | uuid.UUID, timeout: float = 60.0) -> Any:
+        """Wait for the job to finish and return its result; raises :class:`JobFailed` (with
+        its last error) when it ended dead or cancelled, :class:`WaitTimeout` after
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            if job["status"] in FINAL:
+                return _settled(job)
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(job, timeout)
+            time.sleep(WAIT_INTERVAL)
 
 
 class AsyncClient:
@@ -121,3 +175,26 @@ class AsyncClient:
 
     async def cancel(self, job_id: str | uuid.UUID) -> dict[str, Any]:
         return _result(await self.http.post(f"/jobs/{job_id}/cancel"))
+
+    async def submit_many(self, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        body = {"jobs": [batch_item(job) for job in jobs]}
+        return _result(await self.http.post("/jobs/batch", json=body))["jobs"]
+
+    async def retry(self, job_id: str | uuid.UUID) -> dict[str, Any]:
+        return _result(await self.http.post(f"/jobs/{job_id}/retry"))
+
+    async def retry_many(self, **filters: Any) -> int:
+        body = {k: v for k, v in filters.items() if v is not None}
+        return _result(await self.http.post("/jobs/retry", json=body))["retried"]
+
+    async def wait(self, job_id: str | uuid.UUID, timeout: float = 60.0) -> Any:  # noqa: ASYNC109
+        """See :meth:`Client.wait`. ``timeout`` rather than the caller's cancel scope, so the
+        :class:`WaitTimeout` it raises can carry the job as last seen."""
+        deadline = anyio.current_time() + timeout
+        while True:
+            job = await self.get(job_id)
+            if job["status"] in FINAL:
+                return _settled(job)
+            if anyio.current_time() >= deadline:
+                raise WaitTimeout(job, timeout)
+            await anyio.sleep(WAIT_INTERVAL)

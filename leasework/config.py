@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -17,8 +17,11 @@ DEFAULT_OPS_ADDR = {
     "api": "127.0.0.1:8080",
     "worker": "127.0.0.1:9101",
     "relay": "127.0.0.1:9102",
+    "dev": "127.0.0.1:8000",
     "migrate": "",
 }
+# roles that run the user's job types, and so need LEASEWORK_APP
+APP_ROLES = ("api", "worker", "dev")
 
 
 # a plain TTL lease: no fence condition on the terminal write, no deadline scope; for the
@@ -30,17 +33,17 @@ class ConfigError(ValueError):
     """A LEASEWORK_* variable holds a value the process cannot use."""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(name: str, raw: str) -> float:
-    """Parse ``20s``, ``500ms``, ``1.5m`` or a bare number of seconds into seconds."""
+    """Parse ``20s``, ``500ms``, ``1.5m``, ``7d`` or a bare number of seconds into seconds."""
     match = _DURATION.match(raw)
     if not match:
         raise ConfigError(
             f"{name}={raw!r} is not a duration; use a number of seconds or a value like "
-            "'500ms', '20s', '2m'"
+            "'500ms', '20s', '2m', '7d'"
         )
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
@@ -98,9 +101,17 @@ class Settings:
     default_timeout_seconds: int = 300
     # api
     max_body_bytes: int = 1_048_576
+    max_batch_bytes: int = 16 * 1_048_576
     topic_ready: str = "jobs.ready"
     topic_dlq: str = "jobs.dlq"
-    extra: dict[str, str] = field(default_factory=dict)
+    # api, worker, dev: the user's job types, ``module:attribute[,module:attribute]``
+    app: str | None = None
+    # relay: how long finished jobs and acknowledged outbox rows are kept (None: for ever)
+    retain_succeeded: float | None = 7 * 86400.0
+    retain_dead: float | None = 30 * 86400.0
+    retain_cancelled: float | None = 7 * 86400.0
+    retain_outbox: float | None = 3600.0
+    prune_interval: float = 60.0
 
 
 def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -161,6 +172,7 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         "DEFAULT_MAX_ATTEMPTS": ("default_max_attempts", 1, 100),
         "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, 86_400),
         "MAX_BODY_BYTES": ("max_body_bytes", 1024, 64 * 1_048_576),
+        "MAX_BATCH_BYTES": ("max_batch_bytes", 1024, 256 * 1_048_576),
     }
     for suffix, (attr, low, high) in integers.items():
         if (raw := get(suffix)) is not None:
@@ -179,4 +191,38 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
 
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group
+
+    retention = {
+        "RETAIN_SUCCEEDED": "retain_succeeded",
+        "RETAIN_DEAD": "retain_dead",
+        "RETAIN_CANCELLED": "retain_cancelled",
+        "RETAIN_OUTBOX": "retain_outbox",
+    }
+    for suffix, attr in retention.items():
+        if (raw := get(suffix)) is not None:
+            if raw.lower() in ("never", "forever", "off"):
+                values[attr] = None
+            else:
+                seconds = parse_duration(f"LEASEWORK_{suffix}", raw)
+                if seconds <= 0:
+                    raise ConfigError(
+                        f"LEASEWORK_{suffix}={raw!r} must be greater than zero, or 'never' to "
+                        "keep those rows for ever"
+                    )
+                values[attr] = seconds
+    if (raw := get("PRUNE_INTERVAL")) is not None:
+        seconds = parse_duration("LEASEWORK_PRUNE_INTERVAL", raw)
+        if seconds <= 0:
+            raise ConfigError(f"LEASEWORK_PRUNE_INTERVAL={raw!r} must be greater than zero")
+        values["prune_interval"] = seconds
+
+    app = get("APP")
+    if role in APP_ROLES:
+        if not app:
+            raise ConfigError(
+                f"LEASEWORK_APP is not set: the {role} needs your app to know your job types. "
+                "Pass --app mypkg.jobs:app or set LEASEWORK_APP=mypkg.jobs:app (the demo app "
+                "with noop, sleep, fail, ledger and echo is leasework.demo:app)"
+            )
+        values["app"] = app
     return Settings(**values)  # type: ignore[arg-type]

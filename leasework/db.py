@@ -8,7 +8,8 @@ and rolled back when it raises.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import ParamSpec, TypeVar
 
 import psycopg
@@ -68,3 +69,47 @@ class Database:
         kwargs = dict(CONNECT_KWARGS)
         kwargs.update(overrides)
         return psycopg.connect(self.dsn, **kwargs)
+
+
+@contextmanager
+def savepoint(conn: psycopg.Connection, name: str = "leasework") -> Iterator[None]:
+    """A nested transaction on ``conn`` that never commits the caller's transaction: a
+    ``SAVEPOINT`` (which opens the caller's transaction if none is open yet), rolled back to
+    when the block raises. On an autocommit connection, a transaction of its own.
+
+    psycopg's ``conn.transaction()`` would *commit* when no transaction was open yet, which
+    is not "inside the caller's transaction"; hence the explicit statements.
+    """
+    if conn.autocommit:
+        with conn.transaction():
+            yield
+        return
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        if not conn.broken:
+            conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+            conn.execute(f"RELEASE SAVEPOINT {name}")
+        raise
+    conn.execute(f"RELEASE SAVEPOINT {name}")
+
+
+@asynccontextmanager
+async def savepoint_async(
+    conn: psycopg.AsyncConnection, name: str = "leasework"
+) -> AsyncIterator[None]:
+    """:func:`savepoint` on psycopg's ``AsyncConnection``."""
+    if conn.autocommit:
+        async with conn.transaction():
+            yield
+        return
+    await conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        if not conn.broken:
+            await conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+            await conn.execute(f"RELEASE SAVEPOINT {name}")
+        raise
+    await conn.execute(f"RELEASE SAVEPOINT {name}")

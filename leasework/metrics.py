@@ -1,9 +1,25 @@
 """Every Prometheus metric leasework exports. None is labelled by job id; the ``type`` label
-takes only registered handler names (anything else is reported as ``other``)."""
+takes only the job types of the loaded app (anything else is reported as ``other``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
+
+_known_types: frozenset[str] = frozenset()
+
+
+def register_types(names: Iterable[str]) -> None:
+    """The job types of the app this process loaded: the only values of the ``type`` label."""
+    global _known_types
+    _known_types = frozenset(names)
+
+
+def type_label(job_type: str) -> str:
+    """The value of the ``type`` label: bounded to the app's types."""
+    return job_type if job_type in _known_types else "other"
+
 
 # the SLI: start minus due time; the objective is 99% within 5 s, so buckets are dense
 # around 5 s and sparse beyond it
@@ -79,3 +95,8 @@ fence_reseeds = Counter(
 lease_conflicts = Counter(
     "leasework_lease_conflicts", "Claims refused because another worker holds the lease"
 )
+jobs_deferred = Counter(
+    "leasework_jobs_deferred",
+    "Jobs put back for later because this worker's app does not define their type",
+)
+jobs_pruned = Counter("leasework_jobs_pruned", "Finished jobs deleted by the pruner", ["status"])

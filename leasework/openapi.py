@@ -1,9 +1,18 @@
-"""The OpenAPI 3.1 description served at ``/openapi.json``."""
+"""The OpenAPI 3.1 description served at ``/openapi.json``, built from the loaded app: every job
+type's payload JSON Schema (from its pydantic ``TypeAdapter``) is part of the submit schema,
+discriminated by ``type``, so a client can generate or check a request for each type."""
 
 from __future__ import annotations
 
-from leasework.states import Status
+from typing import Any
 
+import pydantic
+
+from leasework.app import App, JobType
+from leasework.states import RETRYABLE, Status
+from leasework.submission import MAX_ATTEMPTS, MAX_BATCH, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
+
+REF = "#/components/schemas/{model}"
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
 
@@ -14,22 +23,95 @@ def _problem(description: str) -> dict:
     }
 
 
-_JOB_REF = {"$ref": "#/components/schemas/Job"}
+def _json(schema: dict, description: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": REF.format(model=name)}
+
+
 _JOB_ID = {
     "name": "job_id",
     "in": "path",
     "required": True,
     "schema": {"type": "string", "format": "uuid"},
 }
+_NULLABLE_STRING = {"type": ["string", "null"]}
 
-OPENAPI: dict = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "leasework",
-        "version": "0.1.0",
-        "description": "Submit jobs; workers run them under a fenced lease.",
-    },
-    "paths": {
+SUBMIT_OPTIONS: dict[str, Any] = {
+    "run_at": {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"},
+    "delay_seconds": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
+    "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS},
+    "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS},
+    "ordering_key": {"type": "string", "minLength": 1, "maxLength": 200},
+}
+IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 200}
+
+
+def _submit_schema(job_type: JobType, payload: dict, *, batch_item: bool) -> dict:
+    properties: dict[str, Any] = {
+        "type": {"const": job_type.name},
+        "payload": payload,
+        **SUBMIT_OPTIONS,
+    }
+    if batch_item:
+        properties["idempotency_key"] = IDEMPOTENCY_KEY
+    required = ["type"]
+    if job_type.payload_errors({}):  # the payload has required fields: it cannot be left out
+        required.append("payload")
+    return {
+        "type": "object",
+        "required": required,
+        "additionalProperties": False,
+        "properties": properties,
+        # run_at and delay_seconds exclude each other
+        "not": {"required": ["run_at", "delay_seconds"]},
+        **({"description": job_type.description} if job_type.description else {}),
+    }
+
+
+def _payload_schemas(app: App) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(type name -> payload schema, shared definitions for components)."""
+    typed = [(t.name, "validation", t.adapter) for t in app if t.adapter is not None]
+    schemas, top = pydantic.TypeAdapter.json_schemas(typed, ref_template=REF) if typed else ({}, {})
+    by_type = {name: schemas[(name, "validation")] for name, _, _ in typed}
+    for t in app:
+        by_type.setdefault(t.name, {"description": "any JSON"})
+    return by_type, top.get("$defs", {})
+
+
+def openapi_document(app: App) -> dict:
+    payloads, definitions = _payload_schemas(app)
+    schemas: dict[str, Any] = dict(definitions)
+    single_refs, batch_refs = [], []
+    for job_type in app:
+        name = f"Submit.{job_type.name}"
+        schemas[name] = _submit_schema(job_type, payloads[job_type.name], batch_item=False)
+        schemas[f"BatchItem.{job_type.name}"] = _submit_schema(
+            job_type, payloads[job_type.name], batch_item=True
+        )
+        single_refs.append(_ref(name))
+        batch_refs.append(_ref(f"BatchItem.{job_type.name}"))
+    schemas["Submit"] = {"oneOf": single_refs} if single_refs else {"not": {}}
+    schemas["BatchItem"] = {"oneOf": batch_refs} if batch_refs else {"not": {}}
+    schemas.update(COMMON_SCHEMAS)
+    document = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "leasework",
+            "version": "0.2.0",
+            "description": f"Submit jobs of app {app.name}; workers run them under a fenced "
+            "lease. Types: " + (", ".join(app.names) or "none"),
+        },
+        "paths": paths(),
+        "components": {"schemas": schemas},
+    }
+    return document
+
+
+def paths() -> dict:
+    return {
         "/jobs": {
             "post": {
                 "summary": "Submit a job",
@@ -38,20 +120,15 @@ OPENAPI: dict = {
                         "name": "Idempotency-Key",
                         "in": "header",
                         "required": False,
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 200},
+                        "schema": IDEMPOTENCY_KEY,
                     }
                 ],
                 "requestBody": {
                     "required": True,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Submit"}}
-                    },
+                    "content": {"application/json": {"schema": _ref("Submit")}},
                 },
                 "responses": {
-                    "202": {
-                        "description": "Accepted (or replayed under the same Idempotency-Key)",
-                        "content": {"application/json": {"schema": _JOB_REF}},
-                    },
+                    "202": _json(_ref("Accepted"), "Accepted (or replayed under the same key)"),
                     "400": _problem("Malformed JSON"),
                     "409": _problem("Idempotency-Key reused with a different body"),
                     "413": _problem("Body too large"),
@@ -68,7 +145,11 @@ OPENAPI: dict = {
                         "in": "query",
                         "schema": {"type": "string", "enum": [s.value for s in Status]},
                     },
-                    {"name": "type", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "type",
+                        "in": "query",
+                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"},
+                    },
                     {
                         "name": "limit",
                         "in": "query",
@@ -77,34 +158,85 @@ OPENAPI: dict = {
                     {"name": "cursor", "in": "query", "schema": {"type": "string"}},
                 ],
                 "responses": {
-                    "200": {
-                        "description": "A page of jobs",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {
-                                        "jobs": {"type": "array", "items": _JOB_REF},
-                                        "next_cursor": {"type": ["string", "null"]},
-                                    },
-                                }
-                            }
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "properties": {
+                                "jobs": {"type": "array", "items": _ref("Job")},
+                                "next_cursor": _NULLABLE_STRING,
+                            },
                         },
-                    },
+                        "A page of jobs",
+                    ),
                     "400": _problem("Bad cursor"),
                     "422": _problem("Invalid filter"),
                 },
             },
+        },
+        "/jobs/batch": {
+            "post": {
+                "summary": f"Submit up to {MAX_BATCH} jobs in one transaction, all or nothing",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["jobs"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "jobs": {
+                                        "type": "array",
+                                        "minItems": 1,
+                                        "maxItems": MAX_BATCH,
+                                        "items": _ref("BatchItem"),
+                                    }
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": _json(
+                        {
+                            "type": "object",
+                            "properties": {"jobs": {"type": "array", "items": _ref("Accepted")}},
+                        },
+                        "Every job accepted, in request order",
+                    ),
+                    "400": _problem("Malformed JSON"),
+                    "409": _problem("An item's idempotency key was used for another request"),
+                    "413": _problem("Body too large"),
+                    "415": _problem("Not application/json"),
+                    "422": _problem("Invalid items; `errors` names each by index"),
+                    "503": _problem("Database unavailable; nothing was written"),
+                },
+            }
+        },
+        "/jobs/retry": {
+            "post": {
+                "summary": "Retry dead or cancelled jobs matching a filter",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("RetryFilter")}},
+                },
+                "responses": {
+                    "200": _json(
+                        {"type": "object", "properties": {"retried": {"type": "integer"}}},
+                        "How many jobs were put back in the queue",
+                    ),
+                    "400": _problem("Malformed JSON"),
+                    "415": _problem("Not application/json"),
+                    "422": _problem("Invalid filter"),
+                },
+            }
         },
         "/jobs/{job_id}": {
             "get": {
                 "summary": "Get a job",
                 "parameters": [_JOB_ID],
                 "responses": {
-                    "200": {
-                        "description": "The job",
-                        "content": {"application/json": {"schema": _JOB_REF}},
-                    },
+                    "200": _json(_ref("Job"), "The job"),
                     "404": _problem("No such job"),
                 },
             }
@@ -114,17 +246,28 @@ OPENAPI: dict = {
                 "summary": "Cancel a job",
                 "parameters": [_JOB_ID],
                 "responses": {
-                    "200": {
-                        "description": "Cancelled (it was waiting)",
-                        "content": {"application/json": {"schema": _JOB_REF}},
-                    },
-                    "202": {
-                        "description": "Cancel requested from the running worker",
-                        "content": {"application/json": {"schema": _JOB_REF}},
-                    },
+                    "200": _json(_ref("Job"), "Cancelled (it was waiting)"),
+                    "202": _json(_ref("Job"), "Cancel requested from the running worker"),
                     "404": _problem("No such job"),
                     "409": _problem("Already finished"),
                 },
+            }
+        },
+        "/jobs/{job_id}/retry": {
+            "post": {
+                "summary": "Retry a dead or cancelled job with a fresh attempt budget",
+                "parameters": [_JOB_ID],
+                "responses": {
+                    "200": _json(_ref("Job"), "Queued again"),
+                    "404": _problem("No such job"),
+                    "409": _problem("Not dead or cancelled"),
+                },
+            }
+        },
+        "/job-types": {
+            "get": {
+                "summary": "The job types of the loaded app, with payload schemas and policy",
+                "responses": {"200": {"description": "the types"}},
             }
         },
         "/healthz": {
@@ -145,64 +288,76 @@ OPENAPI: dict = {
                 "responses": {"200": {"description": "text format"}},
             }
         },
+    }
+
+
+COMMON_SCHEMAS: dict[str, Any] = {
+    "Accepted": {
+        "type": "object",
+        "required": ["id", "type", "status", "run_at", "created_at", "replay"],
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": [s.value for s in Status]},
+            "run_at": {"type": "string", "format": "date-time"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "max_attempts": {"type": "integer"},
+            "timeout_seconds": {"type": "integer"},
+            "ordering_key": _NULLABLE_STRING,
+            "replay": {"type": "boolean"},
+        },
     },
-    "components": {
-        "schemas": {
-            "Submit": {
-                "type": "object",
-                "required": ["type"],
-                "additionalProperties": False,
-                "properties": {
-                    "type": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"},
-                    "payload": {},
-                    "run_at": {"type": "string", "format": "date-time"},
-                    "delay_seconds": {"type": "number", "minimum": 0},
-                    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
-                    "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 86400},
-                    "ordering_key": {"type": "string", "minLength": 1, "maxLength": 200},
-                },
-            },
-            "Job": {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string", "format": "uuid"},
-                    "type": {"type": "string"},
-                    "payload": {},
-                    "status": {"type": "string", "enum": [s.value for s in Status]},
-                    "attempt": {"type": "integer"},
-                    "max_attempts": {"type": "integer"},
-                    "timeout_seconds": {"type": "integer"},
-                    "ordering_key": {"type": ["string", "null"]},
-                    "last_error": {"type": ["string", "null"]},
-                    "cancel_requested": {"type": "boolean"},
-                    "run_at": {"type": "string"},
-                    "created_at": {"type": "string"},
-                    "updated_at": {"type": "string"},
-                    "started_at": {"type": ["string", "null"]},
-                    "finished_at": {"type": ["string", "null"]},
-                    "replay": {"type": "boolean"},
-                },
-            },
-            "Problem": {
-                "type": "object",
-                "properties": {
-                    "type": {"type": "string"},
-                    "title": {"type": "string"},
-                    "status": {"type": "integer"},
-                    "detail": {"type": "string"},
-                    "instance": {"type": "string"},
-                    "errors": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "field": {"type": "string"},
-                                "message": {"type": "string"},
-                            },
-                        },
+    "Job": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "type": {"type": "string"},
+            "payload": {},
+            "status": {"type": "string", "enum": [s.value for s in Status]},
+            "attempt": {"type": "integer"},
+            "max_attempts": {"type": "integer"},
+            "timeout_seconds": {"type": "integer"},
+            "ordering_key": _NULLABLE_STRING,
+            "last_error": _NULLABLE_STRING,
+            "cancel_requested": {"type": "boolean"},
+            "result": {"description": "the handler's return value, once succeeded"},
+            "deferrals": {"type": "integer"},
+            "run_at": {"type": "string"},
+            "created_at": {"type": "string"},
+            "updated_at": {"type": "string"},
+            "started_at": _NULLABLE_STRING,
+            "finished_at": _NULLABLE_STRING,
+        },
+    },
+    "RetryFilter": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "status": {"type": "string", "enum": sorted(RETRYABLE), "default": "dead"},
+            "type": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"},
+            "finished_after": {"type": "string", "format": "date-time"},
+            "finished_before": {"type": "string", "format": "date-time"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+        },
+    },
+    "Problem": {
+        "type": "object",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "instance": {"type": "string"},
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "field": {"type": "string"},
+                        "message": {"type": "string"},
                     },
                 },
             },
-        }
+        },
     },
 }

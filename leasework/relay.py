@@ -1,4 +1,5 @@
-"""The relay process: outbox relay, promoter and reaper, three loops in one nursery.
+"""The relay process: the outbox relay, the promoter, the reaper and the pruner in one
+nursery, beside two gauge loops (outbox backlog, consumer lag).
 
 Each loop claims its rows with ``FOR UPDATE SKIP LOCKED``, so any number of relays may run.
 The outbox relay marks a row published only after Kafka acknowledged it (idempotent
@@ -21,6 +22,7 @@ from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
+from leasework.pruner import Pruner, Retention
 from leasework.service import Stopping
 
 log = logging.getLogger("leasework.relay")
@@ -203,6 +205,9 @@ async def run(settings: Settings, db: Database, conditions: dict[str, str], stop
         nursery.start_soon(relay.run, conditions)
         nursery.start_soon(promoter_loop, db, settings)
         nursery.start_soon(reaper_loop, db, settings)
+        nursery.start_soon(
+            Pruner(db, Retention.from_settings(settings)).run, settings.prune_interval
+        )
         nursery.start_soon(outbox_gauge_loop, db)
         nursery.start_soon(consumer_lag_loop, settings)
         await stopping.wait()

@@ -1,14 +1,17 @@
-"""The long-running roles (api, relay, worker) and the one-shot migrate, wired from settings."""
+"""The long-running roles (api, relay, worker, and dev: all three in one process) and the
+one-shot migrate, wired from settings and the loaded app."""
 
 from __future__ import annotations
 
 import logging
 
+import psycopg
 import redis
 import trio
 from confluent_kafka.admin import AdminClient
 
-from leasework import api, relay
+from leasework import api, metrics, relay, store
+from leasework.app import App
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.health import Health
@@ -63,26 +66,43 @@ def kafka_probe(settings: Settings, topics: list[str]):
     return probe
 
 
-async def run_api(settings: Settings) -> None:
+async def register_types(db: Database, app: App, process_name: str) -> None:
+    """Record the app's job types in ``job_types`` (the SQL door's registry), retrying until
+    the database answers; the process serves meanwhile."""
+    rows = app.registry_rows()
+    delay = 0.5
+    while True:
+        try:
+            await db.run(store.job_types_register, rows, process_name)
+            log.info("job types registered", extra={"types": app.names, "app": app.name})
+            return
+        except psycopg.Error as exc:
+            log.warning("cannot register job types yet", extra={"error": str(exc)[:200]})
+            await trio.sleep(delay)
+            delay = min(10.0, delay * 2)
+
+
+async def run_api(settings: Settings, app: App) -> None:
     db = Database(settings.postgres_dsn, max_size=10, name="api")
     health = Health()
     health.add("postgres", postgres_probe(db))
-    app = api.create_app(settings, db, health)
+    web = api.create_app(settings, db, health, app)
     await db.open()
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(register_types, db, app, settings.process_name)
             nursery.start_soon(relay.outbox_gauge_loop, db)
             await stopping.wait()
             nursery.cancel_scope.cancel()
 
     try:
-        await run_service(settings, health, body, app=app)
+        await run_service(settings, health, body, app=web)
     finally:
         await db.close()
 
 
-async def run_relay(settings: Settings) -> None:
+async def run_relay(settings: Settings, app: App | None = None) -> None:
     db = Database(settings.postgres_dsn, max_size=6, name="relay")
     health = Health()
     health.add("postgres", postgres_probe(db))
@@ -98,18 +118,56 @@ async def run_relay(settings: Settings) -> None:
         await db.close()
 
 
-async def run_worker(settings: Settings) -> None:
+async def run_worker(settings: Settings, app: App) -> None:
     db = Database(settings.postgres_dsn, max_size=settings.worker_concurrency + 4, name="worker")
     health = Health()
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready]))
     await db.open()
-    worker = Worker(settings, db)
+    worker = Worker(settings, db, app)
+
+    async def body(stopping: Stopping) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(register_types, db, app, settings.process_name)
+            await worker.run(stopping)
+            nursery.cancel_scope.cancel()
+
     try:
-        await run_service(settings, health, worker.run)
+        await run_service(settings, health, body)
     finally:
         await db.close()
 
 
-LONG_RUNNING = {"api": run_api, "relay": run_relay, "worker": run_worker}
+async def run_dev(settings: Settings, app: App) -> None:
+    """api, relay and worker in one Trio nursery, one process: for development against the
+    running stack's Postgres, Redis and Kafka. Ctrl-C drains the worker, then stops all."""
+    db = Database(settings.postgres_dsn, max_size=settings.worker_concurrency + 12, name="dev")
+    health = Health()
+    health.add("postgres", postgres_probe(db))
+    health.add("redis", redis_probe(settings))
+    health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
+    web = api.create_app(settings, db, health, app)
+    await db.open()
+    worker = Worker(settings, db, app)
+
+    async def body(stopping: Stopping) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(register_types, db, app, settings.process_name)
+            nursery.start_soon(relay.run, settings, db, health.conditions, stopping)
+            await worker.run(stopping)  # returns once drained after the signal
+            nursery.cancel_scope.cancel()
+
+    try:
+        await run_service(settings, health, body, app=web)
+    finally:
+        await db.close()
+
+
+LONG_RUNNING = {"api": run_api, "relay": run_relay, "worker": run_worker, "dev": run_dev}
+
+
+def prepare(app: App | None) -> None:
+    """Process-wide state that follows from the app: the ``type`` metric label's values."""
+    if app is not None:
+        metrics.register_types(app.names)

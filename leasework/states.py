@@ -2,8 +2,11 @@
 
 ``scheduled`` and ``queued`` are waiting states, ``running`` is held by one worker under a
 fence, ``failed`` waits for its retry, and ``succeeded``, ``dead`` and ``cancelled`` are
-terminal. Every change of status goes through :func:`transition`, which raises on a move
-the table does not allow.
+terminal: no loop of the system ever moves them. Only an operator's retry
+(``POST /jobs/{id}/retry``) brings a ``dead`` or ``cancelled`` job back to ``queued``; that
+move is a table of its own, :data:`REQUEUES`, so no loop that asks "what can become queued"
+(the promoter) is ever offered a finished job. Every change of status goes through
+:func:`transition`, which raises on a move the tables do not allow.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ class Status(StrEnum):
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     # due time reached -> queued; cancel before it ran -> cancelled
     Status.SCHEDULED: frozenset({Status.QUEUED, Status.CANCELLED}),
-    # a worker claims it; poison goes straight to dead; cancel while waiting
-    Status.QUEUED: frozenset({Status.RUNNING, Status.DEAD, Status.CANCELLED}),
+    # a worker claims it; poison goes straight to dead; cancel while waiting; a worker whose
+    # app does not know the type (a rolling deploy) defers it to a later run_at
+    Status.QUEUED: frozenset({Status.RUNNING, Status.DEAD, Status.CANCELLED, Status.SCHEDULED}),
     # the handler's outcome; a lost lease (reaper) also lands in failed or dead
     Status.RUNNING: frozenset({Status.SUCCEEDED, Status.FAILED, Status.DEAD, Status.CANCELLED}),
     # the retry comes due -> queued (the promoter); cancel while waiting for the retry
@@ -36,6 +40,13 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 TERMINAL: frozenset[Status] = frozenset(s for s, nexts in TRANSITIONS.items() if not nexts)
+
+# an operator's retry: a finished job that did not succeed starts again with a fresh budget
+REQUEUES: dict[Status, frozenset[Status]] = {
+    Status.DEAD: frozenset({Status.QUEUED}),
+    Status.CANCELLED: frozenset({Status.QUEUED}),
+}
+RETRYABLE: frozenset[Status] = frozenset(REQUEUES)
 WAITING: frozenset[Status] = frozenset({Status.SCHEDULED, Status.QUEUED, Status.FAILED})
 
 
@@ -49,14 +60,12 @@ class IllegalTransition(ValueError):
         self.target = target
 
 
-def can_transition(current: Status, target: Status) -> bool:
-    return target in TRANSITIONS[current]
-
-
-def transition(current: Status | str, target: Status | str) -> Status:
-    """Return ``target`` if the move is allowed, else raise :class:`IllegalTransition`."""
+def transition(current: Status | str, target: Status | str, *, requeue: bool = False) -> Status:
+    """Return ``target`` if the move is allowed, else raise :class:`IllegalTransition`.
+    ``requeue=True`` also allows an operator's retry (:data:`REQUEUES`)."""
     current, target = Status(current), Status(target)
-    if target not in TRANSITIONS[current]:
+    allowed = TRANSITIONS[current] | (REQUEUES.get(current, frozenset()) if requeue else set())
+    if target not in allowed:
         raise IllegalTransition(current, target)
     return target
 

@@ -1,58 +1,55 @@
 """Every SQL statement leasework runs, as functions of a psycopg connection.
 
-Functions are named noun first (``job_insert``, ``outbox_fetch``) and run inside the
+Functions are named noun first (``jobs_insert``, ``outbox_fetch``) and run inside the
 transaction their caller opened (:meth:`leasework.db.Database.run` opens one per call).
 Status changes are checked against :mod:`leasework.states` before they are written, and
-every WHERE clause that changes a status names the states it may come from.
+every WHERE clause that changes a status names the states it may come from. Inserting jobs
+goes through the SQL function ``leasework_jobs_insert`` (migration 0002), the same one the
+SQL door ``leasework_enqueue`` calls, so every door writes the same rows.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from leasework.backoff import retry_delay
-from leasework.states import TERMINAL, Status, sources_of, transition
+from leasework.backoff import retry_or_dead
+from leasework.context import Effect
+from leasework.db import savepoint
+from leasework.states import RETRYABLE, TERMINAL, Status, sources_of, transition
 
 Row = dict[str, Any]
 
 JOB_COLUMNS = (
     "id, type, payload, status, run_at, attempt, max_attempts, timeout_seconds, fence, "
     "lease_owner, lease_expires_at, idempotency_key, ordering_key, last_error, "
-    "cancel_requested, created_at, updated_at, started_at, finished_at"
+    "cancel_requested, created_at, updated_at, started_at, finished_at, result, "
+    "retry_base, retry_cap, deferrals, attempt_budget"
 )
 
-
-@dataclass(frozen=True)
-class NewJob:
-    type: str
-    payload: Any
-    run_at: datetime | None  # None: now (database clock)
-    max_attempts: int
-    timeout_seconds: int
-    ordering_key: str | None
-    idempotency_key: str | None
-    request_hash: str | None
+# the wake-up message of a queued job; leasework_jobs_insert builds the same in SQL
+READY_VALUE_SQL = (
+    "jsonb_build_object('job_id', {t}.id::text, 'type', {t}.type, 'attempt', {t}.attempt + 1)"
+)
+READY_HEADERS_SQL = "jsonb_build_object('job_id', {t}.id::text, 'type', {t}.type)"
+READY_KEY_SQL = "coalesce({t}.ordering_key, {t}.id::text)"
 
 
-@dataclass(frozen=True)
-class Insertion:
-    job: Row
-    replay: bool  # an earlier submit with the same Idempotency-Key and body made it
-    conflict: bool  # the key exists with a different body: nothing was written
-
-
-def ready_message(job: Row, topic: str) -> tuple[str, str, dict, dict]:
-    """(topic, key, value, headers) of the Kafka message that wakes a worker for ``job``."""
-    key = job.get("ordering_key") or str(job["id"])
-    value = {"job_id": str(job["id"]), "type": job["type"], "attempt": job["attempt"] + 1}
-    return topic, key, value, {"job_id": str(job["id"]), "type": job["type"]}
+def _ready_outbox_insert(source: str, topic_param: str = "%(topic)s") -> str:
+    """``INSERT INTO outbox`` of the ready messages of the jobs in CTE ``source``."""
+    t = source
+    return (
+        f"INSERT INTO outbox (job_id, topic, key, value, headers) "
+        f"SELECT {t}.id, {topic_param}, {READY_KEY_SQL.format(t=t)}, "
+        f"{READY_VALUE_SQL.format(t=t)}, {READY_HEADERS_SQL.format(t=t)} FROM {t}"
+    )
 
 
 def outbox_add(conn: psycopg.Connection, job_id: uuid.UUID, message: tuple) -> None:
@@ -63,50 +60,91 @@ def outbox_add(conn: psycopg.Connection, job_id: uuid.UUID, message: tuple) -> N
     )
 
 
-# ---------------------------------------------------------------- submit, read, list, cancel
+# ---------------------------------------------------------------- submit
 
 
-def job_insert(conn: psycopg.Connection, new: NewJob, topic: str) -> Insertion:
-    """Insert the job and, when due now, its outbox row, in the caller's transaction.
+@dataclass(frozen=True)
+class Inserted:
+    """What became of one request of an insert: its job, and whether an earlier request with
+    the same idempotency key made it (``replay``) or differed from it (``conflict``: nothing
+    was written for this request)."""
 
-    Under an Idempotency-Key the unique index decides between concurrent submits: exactly one
-    insert wins, the others find its row and compare request hashes.
-    """
-    job_id = uuid.uuid4()
-    row = conn.execute(
-        f"""
-        INSERT INTO jobs (id, type, payload, status, run_at, max_attempts, timeout_seconds,
-                          ordering_key, idempotency_key, request_hash)
-        VALUES (%(id)s, %(type)s, %(payload)s,
-                CASE WHEN coalesce(%(run_at)s, now()) > now() THEN 'scheduled' ELSE 'queued' END,
-                coalesce(%(run_at)s, now()), %(max_attempts)s, %(timeout)s,
-                %(ordering_key)s, %(key)s, %(hash)s)
-        ON CONFLICT (idempotency_key) DO NOTHING
-        RETURNING {JOB_COLUMNS}
-        """,
-        {
-            "id": job_id,
-            "type": new.type,
-            "payload": Jsonb(new.payload),
-            "run_at": new.run_at,
-            "max_attempts": new.max_attempts,
-            "timeout": new.timeout_seconds,
-            "ordering_key": new.ordering_key,
-            "key": new.idempotency_key,
-            "hash": new.request_hash,
-        },
-    ).fetchone()
-    if row is not None:
-        if row["status"] == Status.QUEUED:
-            outbox_add(conn, job_id, ready_message(row, topic))
-        return Insertion(row, replay=False, conflict=False)
-    existing = conn.execute(
-        f"SELECT {JOB_COLUMNS}, request_hash FROM jobs WHERE idempotency_key = %s",
-        (new.idempotency_key,),
-    ).fetchone()
-    assert existing is not None, "ON CONFLICT fired, so the key exists"
-    same = existing.pop("request_hash") == new.request_hash
-    return Insertion(existing, replay=same, conflict=not same)
+    ord: int
+    id: uuid.UUID
+    status: Status
+    run_at: datetime
+    created_at: datetime
+    max_attempts: int
+    timeout_seconds: int
+    replay: bool
+    conflict: bool
+
+    @classmethod
+    def from_row(cls, row: Row) -> Inserted:
+        return cls(
+            ord=row["ord"],
+            id=row["id"],
+            status=Status(row["status"]),
+            run_at=row["run_at"],
+            created_at=row["created_at"],
+            max_attempts=row["max_attempts"],
+            timeout_seconds=row["timeout_seconds"],
+            replay=row["replay"],
+            conflict=row["conflict"],
+        )
+
+
+JOBS_INSERT = "SELECT * FROM leasework_jobs_insert(%s, %s) ORDER BY ord"
+
+
+def _inserted(rows: list[Row], expected: int) -> list[Inserted]:
+    found = [Inserted.from_row(r) for r in rows]
+    if len(found) != expected:
+        raise RuntimeError(f"leasework_jobs_insert answered {len(found)} rows for {expected}")
+    return found
+
+
+def jobs_insert(conn: psycopg.Connection, rows: list[dict[str, Any]], topic: str) -> list[Inserted]:
+    """Insert the jobs of ``rows`` (see :func:`leasework.submission.insert_row`) and the
+    outbox rows of those due now, in one statement, on any connection (the caller's own too:
+    the statement runs in whatever transaction the connection is in)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(JOBS_INSERT, (Jsonb(rows), topic))
+        return _inserted(cur.fetchall(), len(rows))
+
+
+async def jobs_insert_async(
+    conn: psycopg.AsyncConnection, rows: list[dict[str, Any]], topic: str
+) -> list[Inserted]:
+    """:func:`jobs_insert` on psycopg's ``AsyncConnection`` (asyncio applications)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(JOBS_INSERT, (Jsonb(rows), topic))
+        return _inserted(await cur.fetchall(), len(rows))
+
+
+def job_types_register(
+    conn: psycopg.Connection, types: list[dict[str, Any]], registered_by: str
+) -> None:
+    """Record the job types of an app (name, payload_schema, policy) for the SQL door."""
+    if not types:
+        return
+    conn.execute(
+        """INSERT INTO job_types AS t (name, payload_schema, max_attempts, timeout_seconds,
+                                       retry_base, retry_cap, description, registered_by)
+           SELECT r.name, coalesce(r.payload_schema, '{}'::jsonb), r.max_attempts,
+                  r.timeout_seconds, r.retry_base, r.retry_cap, r.description, %s
+           FROM jsonb_to_recordset(%s) AS r(name text, payload_schema jsonb, max_attempts int,
+                timeout_seconds int, retry_base float8, retry_cap float8, description text)
+           ON CONFLICT (name) DO UPDATE SET
+               payload_schema = excluded.payload_schema, max_attempts = excluded.max_attempts,
+               timeout_seconds = excluded.timeout_seconds, retry_base = excluded.retry_base,
+               retry_cap = excluded.retry_cap, description = excluded.description,
+               registered_by = excluded.registered_by, registered_at = now()""",
+        (registered_by, Jsonb(types)),
+    )
+
+
+# ---------------------------------------------------------------- read, list, cancel, retry
 
 
 def job_get(conn: psycopg.Connection, job_id: uuid.UUID) -> Row | None:
@@ -172,7 +210,80 @@ def job_cancel(conn: psycopg.Connection, job_id: uuid.UUID) -> CancelResult:
     return CancelResult(row, "cancelled")
 
 
-# ---------------------------------------------------------------- relay: outbox and promoter
+# an operator's retry: a fresh attempt budget (attempts go on counting, so ctx.attempt and the
+# attempts table stay one sequence; the budget is added on top), the cancel flag and the last
+# run's outcome cleared; the fence is kept (it only ever grows)
+_REQUEUE_SET = """status = 'queued', max_attempts = attempt + attempt_budget, run_at = now(),
+                  cancel_requested = false, finished_at = NULL, started_at = NULL,
+                  result = NULL, deferrals = 0, lease_owner = NULL, lease_expires_at = NULL,
+                  updated_at = now()"""
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    job: Row | None
+    outcome: str  # "retried" | "not-retryable" | "missing"
+
+
+def job_retry(conn: psycopg.Connection, job_id: uuid.UUID, topic: str) -> RetryResult:
+    """Put a ``dead`` or ``cancelled`` job back in the queue with a fresh attempt budget."""
+    row = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s FOR UPDATE", (job_id,)
+    ).fetchone()
+    if row is None:
+        return RetryResult(None, "missing")
+    if Status(row["status"]) not in RETRYABLE:
+        return RetryResult(row, "not-retryable")
+    transition(row["status"], Status.QUEUED, requeue=True)
+    row = conn.execute(
+        f"""WITH requeued AS (UPDATE jobs SET {_REQUEUE_SET} WHERE id = %(id)s
+                              RETURNING {JOB_COLUMNS}),
+                 wake AS ({_ready_outbox_insert("requeued")})
+            SELECT * FROM requeued""",
+        {"id": job_id, "topic": topic},
+    ).fetchone()
+    return RetryResult(row, "retried")
+
+
+def jobs_retry_matching(
+    conn: psycopg.Connection,
+    *,
+    statuses: list[str],
+    job_type: str | None,
+    finished_after: datetime | None,
+    finished_before: datetime | None,
+    limit: int,
+    topic: str,
+) -> int:
+    """Bulk retry: up to ``limit`` ``dead``/``cancelled`` jobs matching the filter, oldest
+    finish first. Rows another transaction holds are skipped, so two calls never double up."""
+    for status in statuses:
+        transition(status, Status.QUEUED, requeue=True)
+    row = conn.execute(
+        f"""WITH picked AS (
+                SELECT id FROM jobs
+                WHERE status = ANY(%(statuses)s)
+                  AND (%(type)s::text IS NULL OR type = %(type)s::text)
+                  AND (%(after)s::timestamptz IS NULL OR finished_at >= %(after)s::timestamptz)
+                  AND (%(before)s::timestamptz IS NULL OR finished_at < %(before)s::timestamptz)
+                ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
+            requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM picked WHERE jobs.id = picked.id
+                         RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key),
+            wake AS ({_ready_outbox_insert("requeued")} RETURNING 1)
+            SELECT count(*) AS n FROM wake""",
+        {
+            "statuses": statuses,
+            "type": job_type,
+            "after": finished_after,
+            "before": finished_before,
+            "limit": limit,
+            "topic": topic,
+        },
+    ).fetchone()
+    return int(row["n"])
+
+
+# ---------------------------------------------------------------- relay: outbox, promoter, pruner
 
 
 def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[Row]:
@@ -202,16 +313,52 @@ def outbox_pending(conn: psycopg.Connection) -> tuple[int, float]:
 def jobs_promote_due(conn: psycopg.Connection, limit: int, topic: str) -> int:
     """Due ``scheduled`` and ``failed`` jobs become ``queued`` with their outbox rows."""
     sources = [str(s) for s in sources_of(Status.QUEUED)]
-    rows = conn.execute(
-        f"""UPDATE jobs SET status = 'queued', updated_at = now()
-            WHERE id IN (SELECT id FROM jobs WHERE status = ANY(%s) AND run_at <= now()
-                         ORDER BY run_at LIMIT %s FOR UPDATE SKIP LOCKED)
-            RETURNING {JOB_COLUMNS}""",
-        (sources, limit),
-    ).fetchall()
-    for row in rows:
-        outbox_add(conn, row["id"], ready_message(row, topic))
-    return len(rows)
+    row = conn.execute(
+        f"""WITH promoted AS (
+                UPDATE jobs SET status = 'queued', updated_at = now()
+                WHERE id IN (SELECT id FROM jobs WHERE status = ANY(%(sources)s)
+                             AND run_at <= now()
+                             ORDER BY run_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+                RETURNING id, type, attempt, ordering_key),
+            wake AS ({_ready_outbox_insert("promoted")} RETURNING 1)
+            SELECT count(*) AS n FROM wake""",
+        {"sources": sources, "limit": limit, "topic": topic},
+    ).fetchone()
+    return int(row["n"])
+
+
+def jobs_prune(conn: psycopg.Connection, status: Status, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` jobs that finished ``status`` more than ``older_than`` seconds
+    ago, with their outbox rows, attempts and effects (ON DELETE CASCADE). Rows another
+    pruner holds are skipped."""
+    if status not in TERMINAL:
+        raise ValueError(f"only finished jobs are pruned, not {status}")
+    row = conn.execute(
+        """WITH gone AS (
+               DELETE FROM jobs WHERE id IN (
+                   SELECT id FROM jobs WHERE status = %s
+                     AND finished_at < now() - make_interval(secs => %s)
+                   ORDER BY finished_at LIMIT %s FOR UPDATE SKIP LOCKED)
+               RETURNING 1)
+           SELECT count(*) AS n FROM gone""",
+        (str(status), older_than, limit),
+    ).fetchone()
+    return int(row["n"])
+
+
+def outbox_prune(conn: psycopg.Connection, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` outbox rows Kafka acknowledged more than ``older_than`` s ago."""
+    row = conn.execute(
+        """WITH gone AS (
+               DELETE FROM outbox WHERE id IN (
+                   SELECT id FROM outbox
+                   WHERE published_at < now() - make_interval(secs => %s)
+                   ORDER BY published_at LIMIT %s FOR UPDATE SKIP LOCKED)
+               RETURNING 1)
+           SELECT count(*) AS n FROM gone""",
+        (older_than, limit),
+    ).fetchone()
+    return int(row["n"])
 
 
 # ---------------------------------------------------------------- worker
@@ -245,19 +392,23 @@ def job_start(
     return row
 
 
-def job_mark_dead_poison(
-    conn: psycopg.Connection, job_id: uuid.UUID, error: str, dlq_topic: str
+def job_defer(
+    conn: psycopg.Connection, job_id: uuid.UUID, *, base: float, cap: float, reason: str
 ) -> Row | None:
-    """A queued job nobody can run (unknown type, undecodable payload): dead, no retries."""
-    row = conn.execute(
-        f"""UPDATE jobs SET status = 'dead', last_error = %s, finished_at = now(),
-                   updated_at = now()
-            WHERE id = %s AND status = 'queued' RETURNING {JOB_COLUMNS}""",
-        (error, job_id),
+    """A queued job whose type this worker does not know (a rolling deploy) waits for a later
+    ``run_at``: no lease, no attempt spent. The wait doubles with every deferral, from
+    ``base`` up to ``cap`` (half fixed, half random). None when it is no longer queued."""
+    transition(Status.QUEUED, Status.SCHEDULED)
+    return conn.execute(
+        f"""UPDATE jobs SET status = 'scheduled', deferrals = deferrals + 1,
+                   run_at = now() + make_interval(secs =>
+                       least(%(cap)s, %(base)s * power(2, least(deferrals, 30)))
+                       * (0.5 + random() / 2)),
+                   last_error = %(reason)s, updated_at = now()
+            WHERE id = %(id)s AND status = 'queued'
+            RETURNING {JOB_COLUMNS}""",
+        {"id": job_id, "base": base, "cap": cap, "reason": reason},
     ).fetchone()
-    if row is not None:
-        outbox_add(conn, job_id, dlq_message(row, dlq_topic))
-    return row
 
 
 def dlq_message(job: Row, topic: str) -> tuple[str, str, dict, dict]:
@@ -276,6 +427,7 @@ class Outcome:
     status: Status  # succeeded, failed (retry later), dead or cancelled
     error: str | None = None
     retry_in: float | None = None  # seconds, for failed
+    result: Any = None  # JSON, for succeeded
 
 
 def _leave_running(
@@ -284,7 +436,7 @@ def _leave_running(
     """Move a job out of ``running`` under ``fence``: its outcome, its retry time, the lease
     cleared. None when the job is no longer running under that fence (a newer claim)."""
     return conn.execute(
-        f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s,
+        f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s, result = %(result)s,
                    run_at = CASE WHEN %(retry)s::float8 IS NULL THEN run_at
                                  ELSE now() + make_interval(secs => %(retry)s::float8) END,
                    lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
@@ -295,11 +447,27 @@ def _leave_running(
         {
             "status": str(outcome.status),
             "error": outcome.error,
+            "result": None if outcome.result is None else Jsonb(outcome.result),
             "retry": outcome.retry_in,
             "id": job_id,
             "fence": fence,
         },
     ).fetchone()
+
+
+def effects_apply(conn: psycopg.Connection, effects: list[Effect]) -> Exception | None:
+    """Run a handler's fenced effects in a savepoint of the open transaction. An effect that
+    raises (a bug, a constraint of the user's table) is undone with the others and returned:
+    the attempt failed, nothing of it commits. A lost connection propagates (retry the write)."""
+    try:
+        with savepoint(conn, "leasework_effects"):
+            for effect in effects:
+                effect(conn)
+    except Exception as exc:  # the user's code: any failure is the attempt's
+        if conn.broken or isinstance(exc, psycopg.InterfaceError):
+            raise
+        return exc
+    return None
 
 
 def job_finish(
@@ -309,12 +477,24 @@ def job_finish(
     outcome: Outcome,
     *,
     dlq_topic: str,
-    effects: list | None = None,
+    effects: list[Effect] | None = None,
+    effect_failed: Callable[[Exception], Outcome] | None = None,
 ) -> Row | None:
     """The fenced terminal write: the outcome, the attempt row and the handler's effects in one
     transaction, only if ``fence`` still holds. None means a newer claim exists; the caller
-    must roll back (raise) so none of the effects commit."""
+    must roll back (raise) so none of the effects commit. An effect that raises turns the
+    outcome into ``effect_failed(exc)`` (default: retry now), with no effect applied."""
     transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
+    if effects:
+        failure = effects_apply(conn, effects)
+        if failure is not None:
+            message = f"a fenced effect raised {type(failure).__name__}: {failure}"[:2000]
+            outcome = (
+                effect_failed(failure)
+                if effect_failed is not None
+                else Outcome(Status.FAILED, message, retry_in=0.0)
+            )
+            transition(Status.RUNNING, outcome.status)
     row = _leave_running(conn, job_id, fence, outcome)
     if row is None:
         return None
@@ -323,8 +503,6 @@ def job_finish(
            WHERE job_id = %s AND fence = %s""",
         (str(outcome.status), outcome.error, job_id, fence),
     )
-    for effect in effects or ():
-        effect(conn)
     if outcome.status == Status.DEAD:
         outbox_add(conn, job_id, dlq_message(row, dlq_topic))
     return row
@@ -337,24 +515,26 @@ def job_finish_unfenced(
     outcome: Outcome,
     *,
     dlq_topic: str,
-    effects: list | None = None,
+    effects: list[Effect] | None = None,
+    effect_failed: Callable[[Exception], Outcome] | None = None,
 ) -> Row | None:
     """The UNSAFE terminal write of a plain TTL lease: no fence, no status condition. Exists
     only so the fencing demonstration and the chaos harness can show what fencing prevents."""
     conn.execute("UPDATE jobs SET status = 'running', fence = %s WHERE id = %s", (fence, job_id))
-    return job_finish(conn, job_id, fence, outcome, dlq_topic=dlq_topic, effects=effects)
+    return job_finish(
+        conn,
+        job_id,
+        fence,
+        outcome,
+        dlq_topic=dlq_topic,
+        effects=effects,
+        effect_failed=effect_failed,
+    )
 
 
 def fence_max(conn: psycopg.Connection) -> int:
     """The largest fence Postgres has stored: the floor for re-seeding the Redis counter."""
     return int(conn.execute("SELECT coalesce(max(fence), 0) AS f FROM jobs").fetchone()["f"])
-
-
-def effect_insert(conn: psycopg.Connection, job_id: uuid.UUID, fence: int, kind: str, data: Any):
-    conn.execute(
-        "INSERT INTO effects (job_id, fence, kind, data) VALUES (%s, %s, %s, %s)",
-        (job_id, fence, kind, Jsonb(data)),
-    )
 
 
 def job_heartbeat(
@@ -372,16 +552,13 @@ def job_heartbeat(
     return True, bool(row["cancel_requested"])
 
 
-def payload_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
 def jobs_reap_expired(
     conn: psycopg.Connection, limit: int, *, retry_base: float, retry_cap: float, dlq_topic: str
 ) -> list[Row]:
-    """Running jobs whose lease expired go back to waiting: ``failed`` with a backoff delay, or
-    ``dead`` after their last attempt. The fence is left as it is, so the lost worker's
-    terminal write (conditioned on ``status = 'running'`` and its fence) matches nothing."""
+    """Running jobs whose lease expired go back to waiting: ``failed`` with a backoff delay
+    (the job's own backoff, else ``retry_base``/``retry_cap``), or ``dead`` after their last
+    attempt. The fence is left as it is, so the lost worker's terminal write (conditioned on
+    ``status = 'running'`` and its fence) matches nothing."""
     rows = conn.execute(
         f"""SELECT {JOB_COLUMNS} FROM jobs
             WHERE status = 'running' AND lease_expires_at < now()
@@ -391,19 +568,22 @@ def jobs_reap_expired(
     reaped = []
     for row in rows:
         error = f"lease of {row['lease_owner']} expired (fence {row['fence']})"
-        if row["attempt"] >= row["max_attempts"]:
-            status, retry = Status.DEAD, None
-        else:
-            status, retry = Status.FAILED, retry_delay(row["attempt"], retry_base, retry_cap)
-        transition(row["status"], status)
+        decision = retry_or_dead(
+            row["attempt"],
+            row["max_attempts"],
+            row["retry_base"] or retry_base,
+            row["retry_cap"] or retry_cap,
+        )
+        transition(row["status"], decision.status)
         conn.execute(
             """UPDATE attempts SET finished_at = now(), outcome = 'lease_expired', error = %s
                WHERE job_id = %s AND fence = %s AND finished_at IS NULL""",
             (error, row["id"], row["fence"]),
         )
         # the row is locked, running under this fence: the update cannot miss
-        updated = _leave_running(conn, row["id"], row["fence"], Outcome(status, error, retry))
-        if status == Status.DEAD:
+        outcome = Outcome(decision.status, error, decision.delay)
+        updated = _leave_running(conn, row["id"], row["fence"], outcome)
+        if decision.status == Status.DEAD:
             outbox_add(conn, row["id"], dlq_message(updated, dlq_topic))
         reaped.append(updated)
     return reaped

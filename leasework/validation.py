@@ -1,127 +1,96 @@
-"""Validation of a submit request body, pure: a dict in, a :class:`Submission` or the list of
-every field error out."""
+"""HTTP request bodies, pure: parsed JSON in, a :class:`~leasework.submission.JobRequest` (or
+every field error) out. The checks every door shares are in :mod:`leasework.submission`."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-MAX_DELAY_SECONDS = 366 * 86400
-MAX_TIMEOUT_SECONDS = 86400
-MAX_ATTEMPTS = 100
-TYPE_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
-KNOWN_FIELDS = {
-    "type",
-    "payload",
-    "run_at",
-    "delay_seconds",
-    "max_attempts",
-    "timeout_seconds",
-    "ordering_key",
-}
+from leasework.app import App
+from leasework.errors import FieldError
+from leasework.submission import MAX_BATCH, JobRequest, request_errors
+
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-]\d{2}:\d{2})$")
+KNOWN_FIELDS = frozenset(
+    {
+        "type",
+        "payload",
+        "run_at",
+        "delay_seconds",
+        "max_attempts",
+        "timeout_seconds",
+        "ordering_key",
+    }
+)
+BATCH_ITEM_FIELDS = KNOWN_FIELDS | {"idempotency_key"}
 
 
-@dataclass(frozen=True)
-class FieldError:
-    field: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"field": self.field, "message": self.message}
-
-
-@dataclass(frozen=True)
-class Submission:
-    type: str
-    payload: Any
-    run_at: datetime | None  # None: now
-    max_attempts: int
-    timeout_seconds: int
-    ordering_key: str | None
+def parse_run_at(raw: Any) -> datetime | FieldError:
+    if not isinstance(raw, str) or not RFC3339.match(raw):
+        return FieldError("run_at", "must be RFC 3339 with an offset, e.g. 2026-01-02T03:04:05Z")
+    try:
+        return datetime.fromisoformat(
+            raw.replace("z", "Z").replace("Z", "+00:00").replace("t", "T")
+        )
+    except ValueError as exc:
+        return FieldError("run_at", f"is not a real time ({exc})")
 
 
-def _int(body: dict, name: str, low: int, high: int, errors: list[FieldError]) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.append(FieldError(name, f"must be an integer between {low} and {high}"))
-        return None
-    if not low <= value <= high:
-        errors.append(FieldError(name, f"must be between {low} and {high}, got {value}"))
-        return None
-    return value
-
-
-def validate_submission(
-    body: Any, *, default_max_attempts: int, default_timeout: int, now: datetime | None = None
-) -> Submission | list[FieldError]:
+def job_request(
+    body: Any, app: App | None, *, idempotency_key: str | None = None, batch_item: bool = False
+) -> JobRequest | list[FieldError]:
+    """One job of a submit body. In a batch, each item may carry its own ``idempotency_key``;
+    a single submit takes it from the ``Idempotency-Key`` header instead."""
     if not isinstance(body, dict):
         return [FieldError("(body)", "must be a JSON object with at least a 'type' field")]
-    errors: list[FieldError] = []
-    for unknown in sorted(set(body) - KNOWN_FIELDS):
-        errors.append(
-            FieldError(unknown, f"unknown field; allowed: {', '.join(sorted(KNOWN_FIELDS))}")
-        )
-
-    job_type = body.get("type")
-    if not isinstance(job_type, str) or not TYPE_PATTERN.match(job_type):
-        errors.append(
-            FieldError("type", "required: 1-100 characters of letters, digits and _ . : -")
-        )
-    payload = body.get("payload", {})
-
-    run_at: datetime | None = None
+    allowed = BATCH_ITEM_FIELDS if batch_item else KNOWN_FIELDS
+    errors = [
+        FieldError(unknown, f"unknown field; allowed: {', '.join(sorted(allowed))}")
+        for unknown in sorted(set(body) - allowed, key=str)
+    ]
+    run_at = body.get("run_at")
+    if run_at is not None:
+        parsed = parse_run_at(run_at)
+        if isinstance(parsed, FieldError):
+            errors.append(parsed)
+            run_at = None
+        else:
+            run_at = parsed
     if "run_at" in body and "delay_seconds" in body:
         errors.append(FieldError("run_at", "give run_at or delay_seconds, not both"))
-    elif body.get("run_at") is not None:
-        raw = body["run_at"]
-        if not isinstance(raw, str) or not RFC3339.match(raw):
-            errors.append(
-                FieldError("run_at", "must be RFC 3339 with an offset, e.g. 2026-01-02T03:04:05Z")
-            )
-        else:
-            run_at = datetime.fromisoformat(raw.replace("z", "Z").replace("Z", "+00:00"))
-    elif body.get("delay_seconds") is not None:
-        delay = body["delay_seconds"]
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, int | float)
-            or not (0 <= delay <= MAX_DELAY_SECONDS)
-        ):
-            errors.append(
-                FieldError("delay_seconds", f"must be a number between 0 and {MAX_DELAY_SECONDS}")
-            )
-        elif delay > 0:
-            run_at = (now or datetime.now(UTC)) + timedelta(seconds=delay)
-
-    max_attempts = _int(body, "max_attempts", 1, MAX_ATTEMPTS, errors)
-    timeout = _int(body, "timeout_seconds", 1, MAX_TIMEOUT_SECONDS, errors)
-    ordering_key = body.get("ordering_key")
-    if ordering_key is not None and (
-        not isinstance(ordering_key, str) or not 1 <= len(ordering_key) <= 200
-    ):
-        errors.append(FieldError("ordering_key", "must be a string of 1-200 characters"))
-        ordering_key = None
-
-    if errors:
-        return errors
-    return Submission(
-        type=job_type,
-        payload=payload,
+    job_type = body.get("type")
+    request = JobRequest(
+        type=job_type if isinstance(job_type, str) else "",
+        payload=body.get("payload", {}),
         run_at=run_at,
-        max_attempts=max_attempts or default_max_attempts,
-        timeout_seconds=timeout or default_timeout,
-        ordering_key=ordering_key,
+        delay_seconds=None if "run_at" in body else body.get("delay_seconds"),
+        max_attempts=body.get("max_attempts"),
+        timeout_seconds=body.get("timeout_seconds"),
+        ordering_key=body.get("ordering_key"),
+        idempotency_key=body.get("idempotency_key") if batch_item else idempotency_key,
     )
+    errors.extend(request_errors(request, app))
+    return errors or request
 
 
-def request_hash(body: Any) -> str:
-    """Fingerprint of a request body, insensitive to key order and whitespace."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def batch_requests(body: Any, app: App | None) -> list[JobRequest] | list[FieldError]:
+    """``{"jobs": [...]}`` with 1 to :data:`MAX_BATCH` items; errors name each bad item by
+    index (``jobs[3].payload.order_id``)."""
+    if not isinstance(body, dict) or not isinstance(body.get("jobs"), list):
+        return [FieldError("jobs", f'send {{"jobs": [...]}} with 1-{MAX_BATCH} job objects')]
+    extra = sorted(set(body) - {"jobs"}, key=str)
+    if extra:
+        return [FieldError(name, "unknown field; allowed: jobs") for name in extra]
+    items = body["jobs"]
+    if not 1 <= len(items) <= MAX_BATCH:
+        return [FieldError("jobs", f"must hold 1-{MAX_BATCH} jobs, got {len(items)}")]
+    requests: list[JobRequest] = []
+    errors: list[FieldError] = []
+    for index, item in enumerate(items):
+        parsed = job_request(item, app, batch_item=True)
+        if isinstance(parsed, list):
+            errors.extend(e.under(f"jobs[{index}]") for e in parsed)
+        else:
+            requests.append(parsed)
+    return errors or requests

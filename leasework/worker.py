@@ -22,10 +22,13 @@ import redis
 import trio
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from leasework import handlers, metrics, store
-from leasework.backoff import retry_delay
+from leasework import metrics, store
+from leasework.app import App
+from leasework.backoff import retry_or_dead
 from leasework.config import UNSAFE_LEASE_MODE, Settings
+from leasework.context import JobContext
 from leasework.db import Database
+from leasework.execution import HandlerResult, call_handler, describe
 from leasework.lease import Claim, Leases
 from leasework.offsets import OffsetTracker
 from leasework.service import Stopping
@@ -75,9 +78,10 @@ class RunningJob:
 
 
 class Worker:
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(self, settings: Settings, db: Database, app: App) -> None:
         self.settings = settings
         self.db = db
+        self.app = app
         self.name = settings.process_name
         self.leases = Leases(*settings.redis_addr, limit=settings.worker_concurrency + 2)
         # the plain-TTL demonstration mode: no deadline scope, no fence condition
@@ -207,6 +211,9 @@ class Worker:
                 reason = "missing" if current is None else current["status"]
                 metrics.redeliveries_skipped.labels(reason).inc()
                 return None
+            if current["type"] not in self.app:
+                await self.defer(current)
+                return None
             # before the claim is sent: a lower bound of when the lease was set
             claimed_at = trio.current_time()
             claim = await self.leases.claim(job_id, self.name, ttl)
@@ -235,6 +242,32 @@ class Worker:
                     )
                 continue
 
+    async def defer(self, job: dict) -> None:
+        """A type this worker's app does not define (a rolling deploy: a newer worker will):
+        put the job back for later, spending no attempt, rather than killing it."""
+        reason = (
+            f"deferred by {self.name}: its app ({self.app.name}) does not define type "
+            f"{job['type']!r}; a worker whose app does will run it"
+        )
+        defer = functools.partial(
+            store.job_defer,
+            base=self.settings.retry_base,
+            cap=self.settings.retry_cap,
+            reason=reason,
+        )
+        deferred = await self.db.run(defer, job["id"])
+        if deferred is not None:
+            metrics.jobs_deferred.inc()
+            log.warning(
+                "job type not defined by this worker's app; deferred",
+                extra={
+                    "job_id": str(job["id"]),
+                    "type": job["type"],
+                    "deferrals": deferred["deferrals"],
+                    "run_at": deferred["run_at"].isoformat(),
+                },
+            )
+
     async def release(self, claim: Claim) -> None:
         try:
             await self.leases.release(claim)
@@ -260,26 +293,16 @@ class Worker:
         metrics.scheduling_delay.observe(
             max(0.0, (job["started_at"] - job["run_at"]).total_seconds())
         )
-        registered = handlers.lookup(job["type"])
-        if registered is None:
-            known = ", ".join(sorted(handlers.REGISTRY))
-            error = f"unknown job type {job['type']!r}; registered types: {known}"
-            await self.finish(job, store.Outcome(Status.DEAD, error), [])
-            return
-        try:
-            registered.validate(job["payload"])
-        except handlers.PoisonPayload as exc:
-            await self.finish(job, store.Outcome(Status.DEAD, f"undecodable payload: {exc}"), [])
-            return
-
-        ctx = handlers.JobContext(
+        job_type = self.app.get(job["type"])
+        assert job_type is not None, "unknown types are deferred before the claim"
+        ctx = JobContext(
             job_id=job_id,
             type=job["type"],
-            payload=job["payload"],
             attempt=job["attempt"],
             max_attempts=job["max_attempts"],
             fence=fence,
             worker=self.name,
+            payload=job["payload"],
         )
         ttl = self.settings.lease_ttl
         lease_scope = trio.CancelScope(
@@ -289,72 +312,98 @@ class Worker:
         self.running[job_id] = running
         metrics.jobs_in_flight.inc()
         started = trio.current_time()
-        error: str | None = None
+        handled: HandlerResult | None = None
         timed_out = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.heartbeat, running)
                 with lease_scope:
                     with trio.move_on_after(job["timeout_seconds"]) as timeout_scope:
-                        try:
-                            await registered.handler(ctx)
-                        except handlers.PoisonPayload as exc:
-                            error = f"poison: {exc}"
-                        except Exception as exc:  # a handler's failure is the job's outcome
-                            error = f"{type(exc).__name__}: {exc}"[:2000]
+                        handled = await call_handler(job_type, ctx)
                     timed_out = timeout_scope.cancelled_caught
                 nursery.cancel_scope.cancel()
         finally:
             metrics.jobs_in_flight.dec()
             self.running.pop(job_id, None)
-        metrics.execution_seconds.labels(handlers.metric_type(job["type"])).observe(
+        metrics.execution_seconds.labels(metrics.type_label(job["type"])).observe(
             trio.current_time() - started
         )
         if lease_scope.cancelled_caught and running.reason is None:
             running.reason = "lease"
             metrics.lease_loss_cancellations.inc()
-        outcome = self.outcome_of(job, error, timed_out, running.reason)
+        outcome = self.outcome_of(job, handled, timed_out, running.reason)
         await self.finish(job, outcome, ctx.effects if outcome.status == Status.SUCCEEDED else [])
 
     def outcome_of(
-        self, job: dict, error: str | None, timed_out: bool, cancelled_by: str | None
+        self,
+        job: dict,
+        handled: HandlerResult | None,
+        timed_out: bool,
+        cancelled_by: str | None,
     ) -> store.Outcome:
+        """The attempt's outcome: ``handled`` is None when a scope cut the handler short."""
         if cancelled_by == "request":
             return store.Outcome(Status.CANCELLED, "cancelled on request while running")
+        permanent = False
         if cancelled_by == "lease":
             error = "lease lost: handler cancelled at its lease deadline"
         elif cancelled_by == "shutdown":
             error = "worker shut down before the handler finished"
-        elif timed_out:
+        elif timed_out or handled is None:
             error = f"timed out after {job['timeout_seconds']}s"
-        if error is None:
-            return store.Outcome(Status.SUCCEEDED)
-        if error.startswith("poison: ") or job["attempt"] >= job["max_attempts"]:
-            return store.Outcome(Status.DEAD, error)
-        delay = (
-            0.0
-            if cancelled_by == "shutdown"
-            else retry_delay(job["attempt"], self.settings.retry_base, self.settings.retry_cap)
+        elif handled.ok:
+            return store.Outcome(Status.SUCCEEDED, result=handled.result)
+        else:
+            error, permanent = handled.error, handled.permanent
+        return self.retry_outcome(
+            job, error, permanent=permanent, immediate=cancelled_by == "shutdown"
         )
-        return store.Outcome(Status.FAILED, error, retry_in=delay)
+
+    def retry_outcome(
+        self, job: dict, error: str, *, permanent: bool = False, immediate: bool = False
+    ) -> store.Outcome:
+        """``failed`` with the job's own backoff (else the settings'), or ``dead``."""
+        decision = retry_or_dead(
+            job["attempt"],
+            job["max_attempts"],
+            job["retry_base"] or self.settings.retry_base,
+            job["retry_cap"] or self.settings.retry_cap,
+            permanent=permanent,
+            immediate=immediate,
+        )
+        return store.Outcome(decision.status, error, retry_in=decision.delay)
 
     async def finish(self, job: dict, outcome: store.Outcome, effects: list) -> None:
         job_id, fence = job["id"], job["fence"]
 
         finish_write = store.job_finish_unfenced if self.unsafe else store.job_finish
+        definition = self.app.get(job["type"])
+
+        def effect_failed(exc: Exception) -> store.Outcome:
+            error = f"a fenced effect raised {describe(exc)}"
+            permanent = definition is not None and definition.is_permanent(exc)
+            return self.retry_outcome(job, error, permanent=permanent)
 
         def write(conn: psycopg.Connection) -> dict:
             row = finish_write(
-                conn, job_id, fence, outcome, dlq_topic=self.settings.topic_dlq, effects=effects
+                conn,
+                job_id,
+                fence,
+                outcome,
+                dlq_topic=self.settings.topic_dlq,
+                effects=effects,
+                effect_failed=effect_failed,
             )
             if row is None:
                 raise FenceRejected(f"job {job_id}: fence {fence} no longer holds")
             return row
 
-        job_type = handlers.metric_type(job["type"])
+        job_type = metrics.type_label(job["type"])
         while True:
             try:
-                await self.db.run(write)
+                written = await self.db.run(write)
+                # an effect that raised changed the outcome on the way
+                outcome = store.Outcome(Status(written["status"]), written["last_error"])
                 break
             except FenceRejected:
                 metrics.fence_rejections.inc()

@@ -105,6 +105,16 @@ APPS: dict[str, tuple[str, int]] = {
     "worker-2": ("worker", 9103),
 }
 
+# The job types the stack's api and workers load (``LEASEWORK_APP``, which `just up` passes
+# through when set): the demo types for tests, chaos and bench, and the example shop's.
+STACK_APP = "leasework.demo:app,examples.shop.jobs:app"
+
+# The example shop (``python -m examples.shop``): its web endpoint and its mail service.
+SHOP_PORT = 8090
+SHOP_MAIL_PORT = 8025
+SHOP_URL = f"http://{HOST}:{SHOP_PORT}"
+SHOP_MAIL_URL = f"http://{HOST}:{SHOP_MAIL_PORT}"
+
 # toxiproxy name -> (listen port, upstream port)
 PROXIES: dict[str, tuple[int, int]] = {
     "postgres": (POSTGRES_PROXY_PORT, POSTGRES_PORT),

@@ -34,7 +34,7 @@ from .status import ServiceStatus
 KAFKA_NAMES = tuple(f"kafka-{n}" for n in KAFKA_NODE_IDS)
 # Stop order for `down`: each tier is stopped in parallel, apps first.
 STOP_TIERS: tuple[tuple[str, ...], ...] = (
-    ("api", "relay", "worker-1", "worker-2"),
+    ("api", "relay", "worker-1", "worker-2", "shop"),
     ("prometheus", *KAFKA_NAMES),
     ("toxiproxy", "redis", "postgres"),
 )
@@ -53,7 +53,8 @@ class Stack:
 
     # --- lookup ---------------------------------------------------------------------
     def names(self, kind: str | None = None) -> list[str]:
-        """Service names in start order; ``kind`` is "infra" or "app" to filter."""
+        """Service names in start order; ``kind`` is "infra", "app" (leasework processes)
+        or "example" (the example shop) to filter."""
         return [n for n, s in self._services.items() if kind is None or s.kind == kind]
 
     def service(self, name: str) -> Service:
@@ -182,17 +183,28 @@ class Stack:
         log.info("%s: started pid %d (log %s)", name, pid, self.layout.log(name))
         return pid, True
 
+    def _still_running(self, name: str, grace: float = 1.0) -> bool:
+        """is_running, asked again for ``grace`` seconds before saying no: a process that
+        rewrites its title (redis does, at start) can be read from /proc mid-rewrite, and one
+        such read must not count as a death."""
+        deadline = time.monotonic() + grace
+        while not self.is_running(name):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def wait_ready(self, name: str, timeout: float | None = None) -> float:
         """Poll the service's readiness probe; StackError (with log tail) if it dies or
         times out. Returns the seconds waited."""
         svc = self.service(name)
-        if not self.is_running(name):
+        if not self._still_running(name):
             raise StackError(f"{name}: not running", self.layout.log(name))
         return wait_until(
             name,
             svc.probe,
             svc.ready_timeout if timeout is None else timeout,
-            alive=lambda: self.is_running(name),
+            alive=lambda: self._still_running(name),
             log=self.layout.log(name),
         )
 
@@ -379,7 +391,7 @@ class Stack:
         return done
 
     def _up_apps(self, timeout: float | None) -> None:
-        names = self.names("app")
+        names = self.names("app") + self.names("example")
         if not all(self.is_running(n) for n in names):
             self.run_migrate()
         fresh = {}

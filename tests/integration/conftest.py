@@ -17,11 +17,12 @@ import pytest
 from psycopg.rows import dict_row
 
 from chaos.stack import Stack
+from chaos.stack.layout import POSTGRES_DIRECT_DSN
 from leasework.client import AsyncClient, Client
 
 API_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
 # tests read Postgres directly (not through Toxiproxy) to check what the system wrote
-DIRECT_DSN = "postgresql://leasework:leasework@127.0.0.1:15433/leasework"
+DIRECT_DSN = POSTGRES_DIRECT_DSN
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +79,16 @@ def wait_status(client: Client, job_id: str, statuses: set[str], timeout: float 
 def readyz(port: int) -> tuple[int, dict]:
     response = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
     return response.status_code, response.json()
+
+
+def insert_unchecked(db, job_type: str, payload: Any = None, **fields: Any) -> str:
+    """A job written past every door's checks, through the store's internal insert: what a
+    rolling deploy (an api of a newer app, an old worker) or a bug could leave in the table."""
+    import json
+    import uuid
+
+    request = {"id": str(uuid.uuid4()), "type": job_type, "payload": payload or {}, **fields}
+    row = db.execute(
+        "SELECT id::text AS id FROM leasework_jobs_insert(%s::jsonb)", (json.dumps([request]),)
+    ).fetchone()
+    return row["id"]

@@ -75,9 +75,8 @@ def test_relay_killed_fires_relay_stalled_and_outbox_backlog(stack, client, prom
 
 def test_a_run_of_dead_jobs_fires_dead_letters(stack, client, prometheus):
     start = time.time()
-    job_type = f"poison-{uuid.uuid4().hex[:8]}"
-    for _ in range(3):
-        client.submit(job_type, {})
+    for _ in range(3):  # permanent errors: dead at the first attempt
+        client.submit("fail", {"times": 1, "permanent": True})
     fired = wait_for_alerts({"LeaseworkDeadLetters"}, start, timeout=120, url=prometheus)
     assert "LeaseworkDeadLetters" in fired, fired
 

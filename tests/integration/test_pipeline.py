@@ -15,7 +15,7 @@ import trio
 from confluent_kafka import Consumer
 
 from leasework.client import ApiError
-from tests.integration.conftest import API_URL, readyz, wait_for, wait_status
+from tests.integration.conftest import API_URL, insert_unchecked, readyz, wait_for, wait_status
 
 
 def test_submit_later_is_scheduled_without_outbox_row_then_runs_after_its_due_time(client, db):
@@ -62,9 +62,18 @@ async def test_twenty_concurrent_identical_submits_create_one_job(aclient, stack
     assert sum(not r["replay"] for r in results) == 1
 
 
-def test_pagination_walks_every_job_once_newest_first(client):
-    job_type = f"page-{uuid.uuid4().hex[:12]}"  # unknown type: goes dead, but lists fine
-    created = [client.submit(job_type, {"n": n})["id"] for n in range(23)]
+def test_pagination_walks_every_job_once_newest_first(client, db):
+    # a type of its own to filter on (no app defines it: written past the api's checks, due
+    # in an hour so no worker sees it, deleted at the end)
+    job_type = f"page-{uuid.uuid4().hex[:12]}"
+    created = [insert_unchecked(db, job_type, {"n": n}, delay_seconds=3600) for n in range(23)]
+    try:
+        walk_pages(client, job_type, created)
+    finally:
+        db.execute("DELETE FROM jobs WHERE type = %s", (job_type,))
+
+
+def walk_pages(client, job_type: str, created: list[str]) -> None:
     seen: list[str] = []
     cursor = None
     pages = 0
@@ -130,17 +139,26 @@ def test_job_failing_every_attempt_is_dead_with_a_dlq_message(client):
     assert value["job_id"] == job["id"]
 
 
-@pytest.mark.parametrize(
-    ("job_type", "payload", "error"),
-    [
-        ("no-such-handler", {}, "unknown job type"),
-        ("sleep", {"seconds": "soon"}, "undecodable payload"),
-    ],
-)
-def test_poison_goes_straight_to_dead_without_retries(client, job_type, payload, error):
-    job = client.submit(job_type, payload, max_attempts=5)
-    dead = wait_status(client, job["id"], {"dead"}, timeout=60)
-    assert dead["attempt"] == 1 and error in dead["last_error"]
+def test_a_stored_payload_that_does_not_fit_its_type_goes_straight_to_dead(client, db):
+    # the SQL door checks the type, not the payload model: a payload its worker cannot decode
+    # is poison, dead at its first attempt, with pydantic's own words
+    job_id = db.execute(
+        "SELECT leasework_enqueue('sleep', %s, max_attempts => 5)::text AS id",
+        ('{"seconds": "soon"}',),
+    ).fetchone()["id"]
+    dead = wait_status(client, job_id, {"dead"}, timeout=60)
+    assert dead["attempt"] == 1
+    assert "payload does not fit type 'sleep'" in dead["last_error"]
+    assert "payload.seconds" in dead["last_error"]
+
+
+def test_a_permanent_error_goes_to_dead_after_one_attempt_and_a_plain_one_retries(client, db):
+    permanent = client.submit("fail", {"times": 5, "permanent": True}, max_attempts=5)
+    dead = wait_status(client, permanent["id"], {"dead"}, timeout=60)
+    assert dead["attempt"] == 1 and dead["last_error"].startswith("Permanent: failing on purpose")
+    plain = client.submit("fail", {"times": 1}, max_attempts=5)
+    done = wait_status(client, plain["id"], {"succeeded"}, timeout=60)
+    assert done["attempt"] == 2 and done["result"] == {"succeeded_on_attempt": 2}
 
 
 def test_cancel_of_a_waiting_job_is_immediate_and_a_finished_job_answers_409(client):

@@ -22,3 +22,15 @@ def test_cap_bounds_huge_attempt_numbers():
 def test_attempts_are_one_based():
     with pytest.raises(ValueError):
         retry_delay(0, 1.0, 10.0)
+
+
+def test_retry_or_dead_is_one_decision_for_worker_and_reaper():
+    from leasework.backoff import retry_or_dead
+    from leasework.states import Status
+
+    rng = random.Random(1)
+    assert retry_or_dead(5, 5, 1.0, 10.0).status == Status.DEAD
+    assert retry_or_dead(1, 5, 1.0, 10.0, permanent=True).status == Status.DEAD
+    retry = retry_or_dead(2, 5, 1.0, 10.0, rng=rng)
+    assert retry.status == Status.FAILED and 0.0 <= retry.delay <= 2.0
+    assert retry_or_dead(2, 5, 1.0, 10.0, immediate=True).delay == 0.0

@@ -1,12 +1,35 @@
 import pytest
 
-from leasework.config import ConfigError, load, parse_duration
+from leasework import config
+from leasework.config import ConfigError, parse_duration
+
+APP = {"LEASEWORK_APP": "leasework.demo:app"}
+
+
+def load(role, environ):
+    """The roles that run job types need an app; the tests give them the demo app."""
+    return config.load(role, {**APP, **environ})
 
 
 def test_defaults_follow_the_seed_ports():
     assert load("api", {}).ops_addr == ("127.0.0.1", 8080)
     assert load("worker", {}).ops_addr == ("127.0.0.1", 9101)
     assert load("relay", {}).ops_addr == ("127.0.0.1", 9102)
+    assert load("dev", {}).ops_addr == ("127.0.0.1", 8000)
+
+
+@pytest.mark.parametrize("role", ["api", "worker", "dev"])
+def test_the_roles_that_run_job_types_refuse_to_start_without_an_app(role):
+    with pytest.raises(ConfigError, match="LEASEWORK_APP is not set.*--app mypkg.jobs:app"):
+        config.load(role, {})
+    assert config.load("relay", {}).app is None  # the relay runs no job code
+
+
+def test_retention_takes_durations_or_never():
+    settings = load("relay", {"LEASEWORK_RETAIN_SUCCEEDED": "2d", "LEASEWORK_RETAIN_DEAD": "never"})
+    assert settings.retain_succeeded == 2 * 86400 and settings.retain_dead is None
+    with pytest.raises(ConfigError, match="LEASEWORK_RETAIN_OUTBOX='0'.*'never'"):
+        load("relay", {"LEASEWORK_RETAIN_OUTBOX": "0"})
 
 
 def test_reads_every_documented_variable():
@@ -41,6 +64,7 @@ def test_reads_every_documented_variable():
         ("LEASEWORK_SHUTDOWN_TIMEOUT", "0s", "must be greater than zero"),
         ("LEASEWORK_WORKER_CONCURRENCY", "0", "out of range"),
         ("LEASEWORK_POSTGRES_DSN", "localhost", "neither a postgresql:// URL"),
+        ("LEASEWORK_APP", "", "LEASEWORK_APP is not set"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_variable_named(variable, value, message):
@@ -52,6 +76,7 @@ def test_durations():
     assert parse_duration("X", "500ms") == 0.5
     assert parse_duration("X", "20") == 20.0
     assert parse_duration("X", "2h") == 7200.0
+    assert parse_duration("X", "7d") == 7 * 86400.0
 
 
 def test_unsafe_lease_mode_is_refused_without_the_explicit_flag():

@@ -135,7 +135,7 @@ def test_names_and_addresses(tmp_path: Path) -> None:
     stack = Stack(Layout(tmp_path, tmp_path, tmp_path))
     assert stack.names() == [
         "postgres", "redis", "toxiproxy", "kafka-1", "kafka-2", "kafka-3", "prometheus",
-        "api", "relay", "worker-1", "worker-2",
+        "api", "relay", "worker-1", "worker-2", "shop",
     ]  # fmt: skip
     assert stack.names("app") == ["api", "relay", "worker-1", "worker-2"]
     assert stack.address("api") == "127.0.0.1:8080"

@@ -55,3 +55,18 @@ def test_random_walks_follow_the_table(targets):
     for before, after in zip(path, path[1:], strict=False):
         if after == Status.RUNNING:
             assert before == Status.QUEUED
+
+
+def test_only_an_operators_retry_brings_back_a_dead_or_cancelled_job():
+    for status in (Status.DEAD, Status.CANCELLED):
+        with pytest.raises(IllegalTransition):
+            transition(status, Status.QUEUED)
+        assert transition(status, Status.QUEUED, requeue=True) == Status.QUEUED
+    with pytest.raises(IllegalTransition):
+        transition(Status.SUCCEEDED, Status.QUEUED, requeue=True)
+    # the promoter asks what can become queued: never a finished job
+    assert not set(sources_of(Status.QUEUED)) & TERMINAL
+
+
+def test_a_queued_job_of_a_type_unknown_to_its_worker_can_be_deferred():
+    assert transition(Status.QUEUED, Status.SCHEDULED) == Status.SCHEDULED

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..layout import APPS, KAFKA_NODE_IDS, Layout
-from .apps import LeaseworkApp
+from .apps import ExampleShop, LeaseworkApp
 from .base import Service
 from .kafka import KafkaNode
 from .postgres import Postgres
@@ -20,4 +20,5 @@ def build_services(layout: Layout) -> dict[str, Service]:
     services += [KafkaNode(layout, n) for n in KAFKA_NODE_IDS]
     services.append(Prometheus(layout))
     services += [LeaseworkApp(layout, name) for name in APPS]
+    services.append(ExampleShop(layout))
     return {s.name: s for s in services}

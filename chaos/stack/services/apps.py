@@ -30,6 +30,10 @@ from ..layout import (
     KAFKA_WORKER_BROKERS,
     POSTGRES_DSN,
     REDIS_ADDR,
+    SHOP_MAIL_PORT,
+    SHOP_MAIL_URL,
+    SHOP_PORT,
+    STACK_APP,
     Layout,
     addr,
 )
@@ -44,7 +48,14 @@ def stack_env(name: str) -> dict[str, str]:
         "LEASEWORK_POSTGRES_DSN": POSTGRES_DSN,
         "LEASEWORK_REDIS_ADDR": REDIS_ADDR,
         "LEASEWORK_KAFKA_BROKERS": KAFKA_WORKER_BROKERS.get(name, KAFKA_BROKERS),
+        "LEASEWORK_APP": STACK_APP,
+        "SHOP_MAIL_URL": SHOP_MAIL_URL,
     }
+
+
+# variables a running process must hold exactly as `up` would give them now: `just up` makes
+# the stack run the app you name (LEASEWORK_APP) or the stack's, never a leftover
+EXACT_ENV = ("LEASEWORK_APP",)
 
 
 # every value the stack hands out as a default, per variable (over all processes). worker-1's
@@ -80,7 +91,8 @@ def stale_stack_env(running: Mapping[str, str], expected: Mapping[str, str]) -> 
     return sorted(
         key
         for key, defaults in _STACK_DEFAULTS.items()
-        if running.get(key) != expected.get(key) and running.get(key) in defaults
+        if running.get(key) != expected.get(key)
+        and (running.get(key) in defaults or key in EXACT_ENV)
     )
 
 
@@ -99,6 +111,46 @@ def carried_over_env(
 
 def app_command(role: str) -> list[str]:
     return [sys.executable, "-m", "leasework", role]
+
+
+class ExampleShop(Service):
+    """The example shop: its order endpoint and mail service (``python -m examples.shop``).
+    Not a leasework process, but the stack runs it so the README's example, the tests and the
+    shop chaos scenario have it live."""
+
+    kind = "example"
+    name = "shop"
+    ready_timeout = 60.0
+
+    def ports(self) -> tuple[int, ...]:
+        return (SHOP_PORT, SHOP_MAIL_PORT)
+
+    def address(self) -> str:
+        return addr(SHOP_PORT)
+
+    def markers(self) -> tuple[str, ...]:
+        return ("-m examples.shop",)
+
+    def env(self, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
+        import os
+
+        env = dict(os.environ)
+        env.setdefault("LEASEWORK_POSTGRES_DSN", POSTGRES_DSN)
+        env["SHOP_ADDR"] = addr(SHOP_PORT)
+        env["SHOP_MAIL_ADDR"] = addr(SHOP_MAIL_PORT)
+        env.update(extra_env or {})
+        return env
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "examples.shop"]
+
+    def cwd(self) -> Path:
+        return self.layout.repo_root
+
+    def probe(self) -> bool:
+        return http_ok(f"http://{addr(SHOP_PORT)}/healthz") and http_ok(
+            f"http://{addr(SHOP_MAIL_PORT)}/healthz"
+        )
 
 
 class LeaseworkApp(Service):

@@ -1,0 +1,332 @@
+"""Applications: the user's job types, declared on a :class:`App` with ``@app.job``.
+
+::
+
+    app = leasework.App()
+
+    @app.job("send_receipt", max_attempts=5, timeout=30, backoff=(2, 600))
+    async def send_receipt(ctx: leasework.JobContext, payload: Receipt) -> dict:
+        ...
+
+A handler is an async function of a :class:`~leasework.context.JobContext` and, optionally, a
+payload. The payload's annotation (a pydantic model, a dataclass, a TypedDict, or any type
+pydantic's ``TypeAdapter`` understands) validates the JSON at every door and decodes it for the
+handler; an unannotated payload is the raw JSON. Per-type policy (attempts, timeout, backoff,
+which exceptions are permanent) sits on the decorator.
+
+Workers and the api load an app by name: ``module:attribute`` (several, comma-separated, are
+merged), from ``--app`` or ``LEASEWORK_APP``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import os
+import re
+import sys
+import typing
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pydantic
+import pydantic_core
+
+from leasework.errors import AppError, AppLoadError, FieldError, Permanent
+
+TYPE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+MAX_ATTEMPTS_LIMIT = 100
+MAX_TIMEOUT_SECONDS = 86_400
+
+_UNSET: Any = object()
+
+
+def _seconds(name: str, value: float | timedelta) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+        raise AppError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(seconds)
+
+
+def pydantic_field_errors(exc: pydantic.ValidationError, prefix: str) -> list[FieldError]:
+    """pydantic's own errors as :class:`FieldError` with dotted paths under ``prefix``."""
+    errors = []
+    for error in exc.errors(include_url=False):
+        path = prefix
+        for part in error.get("loc", ()):
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        errors.append(FieldError(path, error.get("msg", "invalid")))
+    return errors
+
+
+class JobType:
+    """One job type of an app: its handler, its payload type and its policy.
+
+    Calling it calls the handler (handy in tests); :meth:`decode` turns stored JSON into the
+    handler's payload argument.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handler: Callable[..., Awaitable[Any]],
+        *,
+        payload: Any = _UNSET,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        backoff: tuple[float | timedelta, float | timedelta] | None = None,
+        permanent: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
+            raise AppError(
+                f"job type name {name!r} is invalid: use 1-100 letters, digits and _ . : -"
+            )
+        if not inspect.iscoroutinefunction(handler):
+            raise AppError(f"the handler of {name!r} must be an async function (async def)")
+        self.name = name
+        self.handler = handler
+        self.description = inspect.getdoc(handler)
+        self.takes_payload, annotation = _payload_annotation(name, handler, payload)
+        self.adapter: pydantic.TypeAdapter | None = (
+            None
+            if annotation in (Any, object, inspect.Parameter.empty)
+            else _adapter(name, annotation)
+        )
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise AppError(
+                f"{name}: max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
+                f"got {max_attempts!r}"
+            )
+        self.max_attempts = max_attempts
+        self.timeout_seconds: int | None = None
+        if timeout is not None:
+            seconds = math.ceil(_seconds(f"{name}: timeout", timeout))
+            if seconds > MAX_TIMEOUT_SECONDS:
+                raise AppError(f"{name}: timeout is at most {MAX_TIMEOUT_SECONDS} seconds")
+            self.timeout_seconds = seconds
+        self.backoff: tuple[float, float] | None = None
+        if backoff is not None:
+            try:
+                base, cap = backoff
+            except (TypeError, ValueError):
+                raise AppError(
+                    f"{name}: backoff is (base, cap) in seconds, got {backoff!r}"
+                ) from None
+            base_s, cap_s = _seconds(f"{name}: backoff base", base), _seconds(f"{name}: cap", cap)
+            if cap_s < base_s:
+                raise AppError(f"{name}: backoff cap {cap_s:g}s is below its base {base_s:g}s")
+            self.backoff = (base_s, cap_s)
+        for exc_type in permanent:
+            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                raise AppError(f"{name}: permanent= takes exception classes, got {exc_type!r}")
+        self.permanent = tuple(permanent)
+
+    def __repr__(self) -> str:
+        return f"<JobType {self.name}>"
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.handler(*args, **kwargs)
+
+    # ------------------------------------------------------------ payloads
+
+    def payload_errors(self, payload: Any, field: str = "payload") -> list[FieldError]:
+        """Why ``payload`` (JSON) is not a valid payload of this type; empty when it is."""
+        if self.adapter is None:
+            return []
+        try:
+            self.adapter.validate_python(payload)
+        except pydantic.ValidationError as exc:
+            return pydantic_field_errors(exc, field)
+        return []
+
+    def decode(self, payload: Any) -> Any:
+        """The handler's payload argument from stored JSON; raises pydantic's
+        ``ValidationError`` when it does not fit (the worker treats that as permanent)."""
+        return payload if self.adapter is None else self.adapter.validate_python(payload)
+
+    def payload_schema(self) -> dict[str, Any]:
+        """JSON Schema of the payload (``{}``: any JSON)."""
+        if self.adapter is None:
+            return {}
+        return self.adapter.json_schema()
+
+    def to_json(self, payload: Any) -> Any:
+        """A Python payload (model instance, dataclass, dict with dates...) as plain JSON
+        values; raises ``ValueError`` for what has no JSON form."""
+        try:
+            if self.adapter is not None and not isinstance(
+                payload, dict | list | str | int | float
+            ):
+                return self.adapter.dump_python(payload, mode="json")
+            return pydantic_core.to_jsonable_python(payload)
+        except (pydantic_core.PydanticSerializationError, pydantic.ValidationError) as exc:
+            raise ValueError(f"has no JSON form: {exc}") from None
+
+    def is_permanent(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means "retrying cannot help": :class:`Permanent`, one of the
+        type's ``permanent`` classes, or a group made only of such."""
+        if isinstance(exc, BaseExceptionGroup):
+            return all(self.is_permanent(inner) for inner in exc.exceptions)
+        return isinstance(exc, (Permanent, *self.permanent))
+
+
+def _payload_annotation(name: str, handler: Callable, explicit: Any) -> tuple[bool, Any]:
+    params = list(inspect.signature(handler).parameters.values())
+    if len(params) not in (1, 2) or any(
+        p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params
+    ):
+        raise AppError(
+            f"the handler of {name!r} must take (ctx) or (ctx, payload), got "
+            f"({', '.join(p.name for p in params)})"
+        )
+    if len(params) == 1:
+        if explicit is not _UNSET:
+            raise AppError(f"{name}: payload= given but the handler takes no payload argument")
+        return False, Any
+    if explicit is not _UNSET:
+        return True, explicit
+    try:
+        hints = typing.get_type_hints(handler, include_extras=True)
+    except (NameError, TypeError) as exc:
+        raise AppError(
+            f"{name}: cannot resolve the payload annotation ({exc}); define the type at module "
+            "level or pass it explicitly: @app.job(..., payload=MyModel)"
+        ) from None
+    return True, hints.get(params[1].name, Any)
+
+
+def _adapter(name: str, annotation: Any) -> pydantic.TypeAdapter:
+    try:
+        adapter = pydantic.TypeAdapter(annotation)
+        adapter.json_schema()
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
+        raise AppError(
+            f"{name}: pydantic cannot validate payloads of {annotation!r}: {exc}"
+        ) from None
+    return adapter
+
+
+class App:
+    """A set of job types. Declare them with :meth:`job`; merge apps with :meth:`include`."""
+
+    def __init__(self, name: str = "app") -> None:
+        self.name = name
+        self._types: dict[str, JobType] = {}
+
+    def __repr__(self) -> str:
+        return f"<leasework.App {self.name}: {', '.join(self.names) or 'no job types'}>"
+
+    def job(
+        self,
+        name: str | None = None,
+        *,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        backoff: tuple[float | timedelta, float | timedelta] | None = None,
+        permanent: tuple[type[BaseException], ...] = (),
+        payload: Any = _UNSET,
+    ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
+        """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
+        ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
+        settings when left out; ``permanent`` lists exceptions that go straight to ``dead``
+        (``leasework.Permanent`` always does); ``payload`` overrides the annotation."""
+
+        def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
+            job_type = JobType(
+                name or handler.__name__,
+                handler,
+                payload=payload,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                backoff=backoff,
+                permanent=permanent,
+            )
+            self.add(job_type)
+            return job_type
+
+        return decorate
+
+    def add(self, job_type: JobType) -> None:
+        if job_type.name in self._types:
+            raise AppError(f"job type {job_type.name!r} is defined twice in {self.name}")
+        self._types[job_type.name] = job_type
+
+    def include(self, other: App) -> App:
+        """Add every job type of ``other``; a name defined in both is an error."""
+        for job_type in other:
+            self.add(job_type)
+        return self
+
+    def get(self, name: str) -> JobType | None:
+        return self._types.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self) -> Iterator[JobType]:
+        return iter(self._types.values())
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def registry_rows(self) -> list[dict[str, Any]]:
+        """The app's job types as rows of the ``job_types`` table (the SQL door reads it)."""
+        return [
+            {
+                "name": t.name,
+                "payload_schema": t.payload_schema(),
+                "max_attempts": t.max_attempts,
+                "timeout_seconds": t.timeout_seconds,
+                "retry_base": t.backoff[0] if t.backoff else None,
+                "retry_cap": t.backoff[1] if t.backoff else None,
+                "description": t.description,
+            }
+            for t in self
+        ]
+
+
+def load_app(spec: str, variable: str = "LEASEWORK_APP") -> App:
+    """Import ``module:attribute`` (``module`` alone means ``module:app``); several specs,
+    comma-separated, are merged into one app. Raises :class:`AppLoadError` naming ``variable``
+    and the cause."""
+    parts = [part.strip() for part in spec.split(",") if part.strip()]
+    if not parts:
+        raise AppLoadError(
+            f"{variable} is empty; name your app as module:attribute, e.g. mypkg.jobs:app "
+            "(the demo app is leasework.demo:app)"
+        )
+    # like `python -m`, let the current directory's packages be found
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    merged = App(name=",".join(parts))
+    for part in parts:
+        module_name, _, attribute = part.partition(":")
+        attribute = attribute or "app"
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # any import-time failure of the user's module
+            raise AppLoadError(
+                f"{variable}={spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        found = getattr(module, attribute, None)
+        if not isinstance(found, App):
+            what = "has no attribute" if found is None else f"has {type(found).__name__} at"
+            raise AppLoadError(
+                f"{variable}={spec!r}: module {module_name!r} {what} {attribute!r}; point it at "
+                "a leasework.App, e.g. mypkg.jobs:app"
+            )
+        try:
+            merged.include(found)
+        except AppError as exc:
+            raise AppLoadError(f"{variable}={spec!r}: {exc}") from None
+    return merged

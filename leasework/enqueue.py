@@ -1,0 +1,248 @@
+"""Enqueue inside the caller's own transaction: the transactional outbox, for applications.
+
+::
+
+    with psycopg.connect(dsn) as conn:
+        order_id = conn.execute("INSERT INTO orders ... RETURNING id").fetchone()[0]
+        leasework.enqueue(conn, "send_receipt", {"order_id": order_id}, app=app)
+    # committed: the order and its receipt job exist together; rolled back: neither does
+
+The job row and its outbox row are written by one statement on the caller's connection, in
+whatever transaction it is in (on an autocommit connection, in a transaction of their own), so
+the business row and the job commit or vanish together. Nothing is committed here. With
+``app`` the type and payload are checked against it first (and the type's policy applies);
+without, the type must be registered in ``job_types`` (an api or worker of the app registers
+it), exactly as for the SQL function ``leasework_enqueue``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from leasework import store
+from leasework.app import App
+from leasework.db import savepoint, savepoint_async
+from leasework.errors import FieldError, IdempotencyConflict, InvalidJob, UnknownJobType
+from leasework.submission import (
+    MAX_BATCH,
+    Defaults,
+    JobRequest,
+    delay_of,
+    insert_row,
+    request_errors,
+)
+
+TOPIC = "jobs.ready"
+SAVEPOINT = "leasework_enqueue"
+NO_DEFAULTS = Defaults()
+
+
+def job(
+    job_type: str,
+    payload: Any = None,
+    *,
+    idempotency_key: str | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    ordering_key: str | None = None,
+) -> JobRequest:
+    """One job for :func:`enqueue_many`; the arguments are those of :func:`enqueue`."""
+    return JobRequest(
+        type=job_type,
+        payload={} if payload is None else payload,
+        run_at=run_at,
+        delay_seconds=delay_of(delay),
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        ordering_key=ordering_key,
+        idempotency_key=idempotency_key,
+    )
+
+
+def _as_json(request: JobRequest, app: App | None) -> JobRequest | list[FieldError]:
+    """Python payloads (a model instance, a dataclass, dates) as the JSON they will be."""
+    job_type = app.get(request.type) if app is not None else None
+    if job_type is None:
+        return request
+    try:
+        payload = job_type.to_json(request.payload)
+    except ValueError as exc:
+        return [FieldError("payload", str(exc))]
+    return JobRequest(**{**request.__dict__, "payload": payload})
+
+
+def prepare(requests: Iterable[JobRequest], app: App | None) -> list[dict[str, Any]]:
+    """Check every request (raising :class:`InvalidJob` with all errors, by index when there
+    are several) and build the rows for ``leasework_jobs_insert``."""
+    requests = list(requests)
+    if not 1 <= len(requests) <= MAX_BATCH:
+        raise InvalidJob([FieldError("jobs", f"give 1-{MAX_BATCH} jobs, got {len(requests)}")])
+    rows, errors = [], []
+    unknown = False
+    for index, request in enumerate(requests):
+        prefix = f"jobs[{index}]." if len(requests) > 1 else ""
+        converted = _as_json(request, app)
+        problems = converted if isinstance(converted, list) else request_errors(converted, app)
+        if problems:
+            unknown = unknown or any(p.message.startswith("unknown job type") for p in problems)
+            errors.extend(FieldError(prefix + p.field, p.message) for p in problems)
+            continue
+        rows.append(insert_row(converted, app, NO_DEFAULTS))
+    if errors:
+        raise (UnknownJobType if unknown else InvalidJob)(errors)
+    return rows
+
+
+UNREGISTERED_SQL = """SELECT r.name FROM unnest(%s::text[]) AS r(name)
+                      WHERE NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = r.name)"""
+
+
+def _names(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({row["type"] for row in rows})
+
+
+def _unknown(missing: list[str]) -> None:
+    """Without an app, the types must be registered: the rule of ``leasework_enqueue``."""
+    if missing:
+        raise UnknownJobType(
+            [FieldError("type", f"unknown job type {name!r}") for name in missing],
+            f"unknown job type(s) {', '.join(map(repr, missing))}: no api or worker registered "
+            "them; pass app= to check against your app, or start a worker of that app once",
+        )
+
+
+def _unregistered(conn: psycopg.Connection, rows: list[dict[str, Any]]) -> None:
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(UNREGISTERED_SQL, (_names(rows),))
+        _unknown([r[0] for r in cur.fetchall()])
+
+
+async def _unregistered_async(conn: psycopg.AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(UNREGISTERED_SQL, (_names(rows),))
+        _unknown([r[0] for r in await cur.fetchall()])
+
+
+def _raise_conflicts(requests: list[JobRequest], inserted: list[store.Inserted]) -> None:
+    for request, result in zip(requests, inserted, strict=True):
+        if result.conflict:
+            raise IdempotencyConflict(request.idempotency_key or "", result.id)
+
+
+def enqueue_many(
+    conn: psycopg.Connection,
+    jobs: Iterable[JobRequest | Mapping[str, Any]],
+    *,
+    app: App | None = None,
+    topic: str = TOPIC,
+) -> list[uuid.UUID]:
+    """Enqueue several jobs (from :func:`job`, or dicts of its arguments) in the caller's
+    transaction, in one statement; all or none. Returns their ids in order (an earlier job's
+    id for a replayed idempotency key). Raises :class:`InvalidJob` (every bad item, by index)
+    or :class:`IdempotencyConflict`, having written nothing."""
+    requests = [j if isinstance(j, JobRequest) else job(**j) for j in jobs]
+    rows = prepare(requests, app)
+    if app is None:
+        _unregistered(conn, rows)
+    if len(requests) == 1 or not any(r.idempotency_key for r in requests):
+        # one statement is atomic by itself; without keys no conflict can undo part of it
+        inserted = store.jobs_insert(conn, rows, topic)
+        _raise_conflicts(requests, inserted)
+        return [i.id for i in inserted]
+    # a conflict found after the statement must undo the batch's other rows, and only them
+    with savepoint(conn, SAVEPOINT):
+        inserted = store.jobs_insert(conn, rows, topic)
+        _raise_conflicts(requests, inserted)
+    return [i.id for i in inserted]
+
+
+def enqueue(
+    conn: psycopg.Connection,
+    job_type: str,
+    payload: Any = None,
+    *,
+    app: App | None = None,
+    idempotency_key: str | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    ordering_key: str | None = None,
+    topic: str = TOPIC,
+) -> uuid.UUID:
+    """Enqueue one job in the caller's open transaction and return its id.
+
+    ``payload`` may be JSON values or an instance of the type's payload model; ``delay``
+    (seconds or a timedelta) or ``run_at`` (an aware datetime) defer it; ``idempotency_key``
+    makes a repeat of the same request return the same job (a different request with the
+    same key raises :class:`IdempotencyConflict`).
+    """
+    request = job(
+        job_type,
+        payload,
+        idempotency_key=idempotency_key,
+        delay=delay,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        ordering_key=ordering_key,
+    )
+    return enqueue_many(conn, [request], app=app, topic=topic)[0]
+
+
+async def enqueue_many_async(
+    conn: psycopg.AsyncConnection,
+    jobs: Iterable[JobRequest | Mapping[str, Any]],
+    *,
+    app: App | None = None,
+    topic: str = TOPIC,
+) -> list[uuid.UUID]:
+    """:func:`enqueue_many` on psycopg's ``AsyncConnection``, for asyncio applications."""
+    requests = [j if isinstance(j, JobRequest) else job(**j) for j in jobs]
+    rows = prepare(requests, app)
+    if app is None:
+        await _unregistered_async(conn, rows)
+    if len(requests) == 1 or not any(r.idempotency_key for r in requests):
+        inserted = await store.jobs_insert_async(conn, rows, topic)
+        _raise_conflicts(requests, inserted)
+        return [i.id for i in inserted]
+    async with savepoint_async(conn, SAVEPOINT):
+        inserted = await store.jobs_insert_async(conn, rows, topic)
+        _raise_conflicts(requests, inserted)
+    return [i.id for i in inserted]
+
+
+async def enqueue_async(
+    conn: psycopg.AsyncConnection,
+    job_type: str,
+    payload: Any = None,
+    *,
+    app: App | None = None,
+    idempotency_key: str | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    ordering_key: str | None = None,
+    topic: str = TOPIC,
+) -> uuid.UUID:
+    """:func:`enqueue` on psycopg's ``AsyncConnection``, for asyncio applications."""
+    request = job(
+        job_type,
+        payload,
+        idempotency_key=idempotency_key,
+        delay=delay,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        ordering_key=ordering_key,
+    )
+    return (await enqueue_many_async(conn, [request], app=app, topic=topic))[0]

@@ -1,0 +1,97 @@
+"""Every exception leasework raises to its users, in one place.
+
+One base class, :class:`LeaseworkError`, whose docstring is the default message; narrow
+subclasses for what a caller may want to catch. :class:`Permanent` is different: it is what a
+*handler* raises to say "retrying cannot help", so it derives from ``Exception`` only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One thing wrong with one field of a job request; ``field`` is a dotted path such as
+    ``payload.items[2].sku`` or ``jobs[3].type``."""
+
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+    def under(self, prefix: str) -> FieldError:
+        """The same error, for the request at ``prefix`` (``jobs[3]``) of a batch."""
+        return FieldError(f"{prefix}.{self.field}", self.message)
+
+
+class LeaseworkError(Exception):
+    """Something went wrong in leasework."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class Permanent(Exception):
+    """Raised by a handler when retrying cannot help: the job goes to ``dead`` at once."""
+
+
+class AppError(LeaseworkError):
+    """The application's job definitions are not valid."""
+
+
+class AppLoadError(AppError):
+    """The application named by --app or LEASEWORK_APP cannot be imported."""
+
+
+class InvalidJob(LeaseworkError, ValueError):
+    """The job request is not valid; nothing was written."""
+
+    def __init__(self, errors: list[FieldError], message: str | None = None) -> None:
+        self.errors = errors
+        listed = "; ".join(f"{e.field}: {e.message}" for e in errors[:10])
+        more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
+        super().__init__(message or f"invalid job request, nothing was written: {listed}{more}")
+
+
+class UnknownJobType(InvalidJob):
+    """The job type is not one the application defines."""
+
+
+class IdempotencyConflict(LeaseworkError):
+    """The idempotency key was used before for a different request; nothing was written."""
+
+    def __init__(self, key: str, job_id: uuid.UUID) -> None:
+        self.key = key
+        self.job_id = job_id
+        super().__init__(
+            f"idempotency key {key!r} was used for a different request (job {job_id}); use a "
+            "new key for a new job, or send the original request again to get that job"
+        )
+
+
+class JobFailed(LeaseworkError):
+    """The job ended without succeeding."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.status = job.get("status")
+        self.last_error = job.get("last_error")
+        super().__init__(
+            f"job {job.get('id')} ({job.get('type')}) ended {self.status} after "
+            f"{job.get('attempt')} attempt(s): {self.last_error or 'no error recorded'}"
+        )
+
+
+class WaitTimeout(LeaseworkError, TimeoutError):
+    """The job did not finish within the time the caller was willing to wait."""
+
+    def __init__(self, job: dict[str, Any], timeout: float) -> None:
+        self.job = job
+        super().__init__(
+            f"job {job.get('id')} is still {job.get('status')} after {timeout:g}s; it goes on "
+            "running: wait again, or look it up with GET /jobs/{id}"
+        )

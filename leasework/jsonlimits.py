@@ -1,0 +1,152 @@
+"""What the job store can keep, checked before anything is written (pure).
+
+Postgres refuses some JSON that Python accepts: ``\\u0000`` in a string or key, lone UTF-16
+surrogates, ``NaN`` and ``Infinity``; psycopg refuses NUL in text columns; very deep nesting
+overflows parsers on the way. Such input is the client's error, never an outage, so every door
+(HTTP submit and batch, ``enqueue``, the SQL function) checks it here first and names the
+field. The limits are deliberate and documented in the README:
+
+* nesting depth at most :data:`MAX_DEPTH` (objects and arrays);
+* object keys at most :data:`MAX_KEY_CHARS` characters;
+* strings at most :data:`MAX_STRING_CHARS` characters;
+* integers at most :data:`MAX_INT_DIGITS` digits;
+* a payload at most :data:`MAX_PAYLOAD_BYTES` bytes as compact JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from leasework.errors import FieldError
+
+MAX_DEPTH = 32
+MAX_KEY_CHARS = 1_000
+MAX_STRING_CHARS = 1_000_000
+MAX_INT_DIGITS = 1_000
+MAX_PAYLOAD_BYTES = 1_048_576
+MAX_RESULT_BYTES = 65_536
+
+
+class MalformedJSON(ValueError):
+    """The bytes are not JSON leasework accepts (the message says why)."""
+
+
+def _no_constants(name: str) -> Any:
+    raise MalformedJSON(f"{name} is not JSON; send a finite number or null")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise MalformedJSON(f"{text} is too large for a JSON number leasework can store")
+    return value
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """Strict JSON: no ``NaN``/``Infinity``, no number that overflows to infinity; nesting
+    too deep for the parser is reported, not crashed on."""
+    try:
+        return json.loads(raw, parse_constant=_no_constants, parse_float=_finite_float)
+    except MalformedJSON:
+        raise
+    except RecursionError:
+        raise MalformedJSON(f"nested too deeply (the limit is {MAX_DEPTH} levels)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedJSON(str(exc)) from None
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character (\\u0000), which the job store cannot keep"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not valid Unicode"
+    return None
+
+
+def text_errors(field: str, text: str) -> list[FieldError]:
+    """Errors of a text field stored in a ``text`` column (type, keys, ordering key)."""
+    problem = _text_problem(text)
+    return [FieldError(field, problem)] if problem else []
+
+
+def storable_errors(value: Any, field: str = "payload") -> list[FieldError]:
+    """Every reason ``value`` cannot be stored as ``jsonb`` (first few, with their paths).
+
+    Walks iteratively, so a hostile depth cannot overflow the stack here.
+    """
+    errors: list[FieldError] = []
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack and len(errors) < 20:
+        item, path, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= MAX_DEPTH:
+                errors.append(FieldError(path, f"nests deeper than {MAX_DEPTH} levels"))
+                continue
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        errors.append(FieldError(path, f"has a non-string key {key!r}"))
+                        continue
+                    child_path = f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+                    if len(key) > MAX_KEY_CHARS:
+                        errors.append(
+                            FieldError(path, f"has a key longer than {MAX_KEY_CHARS} characters")
+                        )
+                    elif problem := _text_problem(key):
+                        errors.append(FieldError(path, f"has a key that {problem}"))
+                    stack.append((child, child_path, depth + 1))
+            else:
+                for index, child in enumerate(item):
+                    stack.append((child, f"{path}[{index}]", depth + 1))
+        elif isinstance(item, str):
+            if len(item) > MAX_STRING_CHARS:
+                errors.append(
+                    FieldError(path, f"is a string longer than {MAX_STRING_CHARS} characters")
+                )
+            elif problem := _text_problem(item):
+                errors.append(FieldError(path, problem))
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            # digits from the bit length: str() of a huge int is itself refused by Python
+            if item.bit_length() * 0.30103 > MAX_INT_DIGITS:
+                errors.append(
+                    FieldError(path, f"is an integer of more than {MAX_INT_DIGITS} digits")
+                )
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                errors.append(FieldError(path, f"is {item}, which JSON cannot represent"))
+        else:
+            errors.append(
+                FieldError(
+                    path,
+                    f"is a {type(item).__name__}, which is not JSON; send objects, arrays, "
+                    "strings, numbers, booleans or null",
+                )
+            )
+    return errors
+
+
+def compact(value: Any) -> str:
+    """Compact JSON text of an already checked value."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def payload_errors(value: Any, field: str = "payload") -> list[FieldError]:
+    """:func:`storable_errors`, then the size of the whole payload."""
+    errors = storable_errors(value, field)
+    if not errors:
+        size = len(compact(value).encode())
+        if size > MAX_PAYLOAD_BYTES:
+            errors.append(
+                FieldError(
+                    field,
+                    f"is {size} bytes as JSON, over the {MAX_PAYLOAD_BYTES}-byte limit; store "
+                    "large data elsewhere and pass a reference",
+                )
+            )
+    return errors

@@ -1,0 +1,62 @@
+"""What the job store can keep: the hostile inputs every door must refuse as the client's
+error (pure)."""
+
+import pytest
+
+from leasework import jsonlimits
+from leasework.jsonlimits import MalformedJSON, parse_json, payload_errors, storable_errors
+
+
+def nested(depth: int):
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b'{"a": NaN}', "NaN is not JSON"),
+        (b'{"a": Infinity}', "Infinity is not JSON"),
+        (b'{"a": -Infinity}', "-Infinity is not JSON"),
+        (b'{"a": 1e400}', "too large"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"a": 1', "Expecting"),
+        (b"\xff\xfe", "Expecting value|decode"),
+    ],
+)
+def test_parse_refuses_what_json_or_the_store_cannot_hold(raw, says):
+    with pytest.raises(MalformedJSON, match=says):
+        parse_json(raw)
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "says"),
+    [
+        ({"a": "x\x00y"}, "payload.a", "NUL"),
+        ({"a\x00": 1}, "payload", "key that contains a NUL"),
+        ({"a": "\ud800"}, "payload.a", "surrogate"),
+        ({"k" * 1001: 1}, "payload", "key longer"),
+        (nested(jsonlimits.MAX_DEPTH + 1), "payload" + "[0]" * jsonlimits.MAX_DEPTH, "deeper"),
+        ({"n": 10**1001}, "payload.n", "more than 1000 digits"),
+        ({"f": float("nan")}, "payload.f", "nan"),
+        ({"s": {1, 2}}, "payload.s", "set, which is not JSON"),
+        ({1: "x"}, "payload", "non-string key"),
+        ({"x y": [1, "\x00"]}, "payload['x y'][1]", "NUL"),
+    ],
+)
+def test_storable_errors_name_the_field(value, field, says):
+    errors = storable_errors(value)
+    assert errors and errors[0].field == field and says in errors[0].message, errors
+
+
+def test_nesting_at_the_limit_is_fine_and_sizes_are_capped():
+    assert storable_errors(nested(jsonlimits.MAX_DEPTH)) == []
+    half = "x" * (jsonlimits.MAX_PAYLOAD_BYTES // 2)
+    big = {"a": half, "b": half}
+    assert "bytes as JSON" in payload_errors(big)[0].message
+
+
+def test_a_hostile_depth_does_not_overflow_the_checker():
+    assert storable_errors(nested(200_000))[0].message.startswith("nests deeper")
