@@ -101,3 +101,7 @@ chaos *names: bootstrap
 # list the chaos scenarios
 chaos-list: bootstrap
     {{python}} -m chaos list
+
+# api, relay and worker in one process on your app, e.g. `just dev greetings:app` (Ctrl-C stops it)
+dev app: bootstrap
+    LEASEWORK_OPS_ADDR="${LEASEWORK_OPS_ADDR:-127.0.0.1:8000}" {{python}} -m leasework dev --app {{app}}

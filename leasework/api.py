@@ -29,7 +29,7 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.health import Health
-from leasework.jsonlimits import MalformedJSON, parse_json
+from leasework.jsonlimits import MalformedJSON, TooDeep, parse_json
 from leasework.openapi import openapi_document
 from leasework.problems import Problem
 from leasework.service import add_ops_routes
@@ -156,6 +156,8 @@ async def json_body(limit: int) -> Any:
         raise body_too_large(limit)
     try:
         return parse_json(raw)
+    except TooDeep as exc:  # JSON, but beyond any field's limit: the body is the field
+        raise invalid([FieldError("(body)", str(exc))]) from None
     except MalformedJSON as exc:
         raise Problem(
             400,

@@ -165,7 +165,7 @@ class JobType:
             ):
                 return self.adapter.dump_python(payload, mode="json")
             return pydantic_core.to_jsonable_python(payload)
-        except (pydantic_core.PydanticSerializationError, pydantic.ValidationError) as exc:
+        except (ValueError, pydantic.ValidationError) as exc:  # serialisation errors included
             raise ValueError(f"has no JSON form: {exc}") from None
 
     def is_permanent(self, exc: BaseException) -> bool:

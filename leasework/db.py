@@ -15,7 +15,10 @@ from typing import ParamSpec, TypeVar
 import psycopg
 import trio
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
+
+from leasework.jsonlimits import parse_json
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -33,6 +36,13 @@ CONNECT_KWARGS = {
 }
 
 
+def configure(conn: psycopg.Connection) -> None:
+    """jsonb is read with leasework's own parser: a value Python's json would refuse (an
+    integer of 5,000 digits stored through some other door) becomes a marker the worker
+    reports as an unreadable payload, instead of an exception in the middle of a claim."""
+    set_json_loads(parse_json, context=conn)
+
+
 class Database:
     def __init__(self, dsn: str, *, max_size: int = 8, name: str = "leasework") -> None:
         self.dsn = dsn
@@ -41,6 +51,7 @@ class Database:
             min_size=1,
             max_size=max_size,
             open=False,
+            configure=configure,
             kwargs=dict(CONNECT_KWARGS),
             timeout=10.0,
             reconnect_timeout=0,  # keep trying for ever; /readyz reports the outage

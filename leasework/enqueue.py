@@ -29,6 +29,7 @@ from leasework import store
 from leasework.app import App
 from leasework.db import savepoint, savepoint_async
 from leasework.errors import FieldError, IdempotencyConflict, InvalidJob, UnknownJobType
+from leasework.jsonlimits import storable_errors
 from leasework.submission import (
     MAX_BATCH,
     Defaults,
@@ -75,7 +76,8 @@ def _as_json(request: JobRequest, app: App | None) -> JobRequest | list[FieldErr
     try:
         payload = job_type.to_json(request.payload)
     except ValueError as exc:
-        return [FieldError("payload", str(exc))]
+        # say where, when the value itself is what the store cannot keep (too deep, NaN...)
+        return storable_errors(request.payload) or [FieldError("payload", str(exc))]
     return JobRequest(**{**request.__dict__, "payload": payload})
 
 

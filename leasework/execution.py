@@ -77,6 +77,13 @@ async def call_handler(job_type: JobType, ctx: JobContext) -> HandlerResult:
     attempt's outcome. A payload that does not decode and a result that cannot be stored are
     permanent: retrying would give the same answer."""
     if job_type.takes_payload:
+        unreadable = storable_errors(ctx.payload)  # stored past the checks of every door
+        if unreadable:
+            first = unreadable[0]
+            return HandlerResult(
+                error=f"the stored payload cannot be read back: {first.field} {first.message}",
+                permanent=True,
+            )
         payload, problem = decode_payload(job_type, ctx.payload)
         if problem is not None:
             return HandlerResult(error=problem, permanent=True)

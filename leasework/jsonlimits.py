@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from leasework.errors import FieldError
@@ -33,26 +34,44 @@ class MalformedJSON(ValueError):
     """The bytes are not JSON leasework accepts (the message says why)."""
 
 
-def _no_constants(name: str) -> Any:
-    raise MalformedJSON(f"{name} is not JSON; send a finite number or null")
+class TooDeep(MalformedJSON):
+    """Nested too deeply to even parse: a limit of the body, not of one field."""
 
 
-def _finite_float(text: str) -> float:
+@dataclass(frozen=True)
+class Unstorable:
+    """A value the parser read but the store cannot keep (``NaN``, ``1e400``, an integer of
+    5,000 digits): kept in place so :func:`storable_errors` names its field."""
+
+    why: str
+
+
+def _constant(name: str) -> Unstorable:
+    return Unstorable(f"is {name}, which is not JSON; send a finite number or null")
+
+
+def _float(text: str) -> float | Unstorable:
     value = float(text)
     if math.isinf(value):
-        raise MalformedJSON(f"{text} is too large for a JSON number leasework can store")
+        return Unstorable(f"is {text[:40]}, too large for a number the job store can keep")
     return value
 
 
+def _int(text: str) -> int | Unstorable:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        return Unstorable(f"is an integer of {digits} digits, over the limit of {MAX_INT_DIGITS}")
+    return int(text)
+
+
 def parse_json(raw: bytes | str) -> Any:
-    """Strict JSON: no ``NaN``/``Infinity``, no number that overflows to infinity; nesting
-    too deep for the parser is reported, not crashed on."""
+    """Strict JSON. ``NaN``, ``Infinity``, numbers that overflow and huge integers are parsed
+    into :class:`Unstorable` markers, so the field check names where they are; nesting too deep
+    for the parser raises :class:`TooDeep` instead of crashing."""
     try:
-        return json.loads(raw, parse_constant=_no_constants, parse_float=_finite_float)
-    except MalformedJSON:
-        raise
+        return json.loads(raw, parse_constant=_constant, parse_float=_float, parse_int=_int)
     except RecursionError:
-        raise MalformedJSON(f"nested too deeply (the limit is {MAX_DEPTH} levels)") from None
+        raise TooDeep(f"nests deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedJSON(str(exc)) from None
 
@@ -111,6 +130,8 @@ def storable_errors(value: Any, field: str = "payload") -> list[FieldError]:
                 errors.append(FieldError(path, problem))
         elif isinstance(item, bool) or item is None:
             continue
+        elif isinstance(item, Unstorable):
+            errors.append(FieldError(path, item.why))
         elif isinstance(item, int):
             # digits from the bit length: str() of a huge int is itself refused by Python
             if item.bit_length() * 0.30103 > MAX_INT_DIGITS:

@@ -100,3 +100,7 @@ jobs_deferred = Counter(
     "Jobs put back for later because this worker's app does not define their type",
 )
 jobs_pruned = Counter("leasework_jobs_pruned", "Finished jobs deleted by the pruner", ["status"])
+worker_errors = Counter(
+    "leasework_worker_errors",
+    "Messages whose handling hit an unexpected error (a bug): left uncommitted, the worker lives",
+)

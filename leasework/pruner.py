@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import psycopg
 import trio
 
 from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
+from leasework.service import pass_failed
 from leasework.states import Status
 
 log = logging.getLogger("leasework.pruner")
@@ -98,6 +98,6 @@ class Pruner:
                             "outbox": counts.outbox,
                         },
                     )
-            except psycopg.Error as exc:
-                log.warning("prune pass failed", extra={"error": str(exc)[:300]})
+            except Exception as exc:  # the loop must outlive any one pass
+                pass_failed("pruner", exc)
             await trio.sleep(interval)

@@ -23,7 +23,7 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
 from leasework.pruner import Pruner, Retention
-from leasework.service import Stopping
+from leasework.service import Stopping, pass_failed
 
 log = logging.getLogger("leasework.relay")
 
@@ -46,7 +46,7 @@ class OutboxRelay:
         rows = store.outbox_fetch(conn, self.batch_size)
         if not rows:
             return 0, 0
-        messages = [(r["topic"], r["key"], r["value"], r["headers"]) for r in rows]
+        messages = [(r["topic"], r["key"], r["value"].encode(), r["headers"]) for r in rows]
         deliveries = self.publisher.publish(messages, timeout=PUBLISH_TIMEOUT)
         acked = [row["id"] for row, d in zip(rows, deliveries, strict=True) if d.ok]
         store.outbox_mark_published(conn, acked)
@@ -68,11 +68,14 @@ class OutboxRelay:
         while True:
             try:
                 published, failed = await self.run_once()
-            except (psycopg.Error, KafkaException) as exc:
+            except Exception as exc:  # a failed pass keeps its rows; the relay must live on
                 published, failed = 0, 0
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 backoff = min(MAX_BACKOFF, max(0.2, backoff * 2))
-                log.warning("outbox pass failed", extra={"error": str(exc)[:300]})
+                if isinstance(exc, psycopg.Error | KafkaException):
+                    log.warning("outbox pass failed", extra={"error": str(exc)[:300]})
+                else:
+                    log.exception("outbox pass failed unexpectedly (a bug); retrying")
                 await trio.sleep(backoff)
                 continue
             if failed:
@@ -130,8 +133,8 @@ async def promoter_loop(db: Database, settings: Settings) -> None:
             metrics.promoted.inc(count)
             if count >= 500:
                 continue
-        except psycopg.Error as exc:
-            log.warning("promoter pass failed", extra={"error": str(exc)[:300]})
+        except Exception as exc:  # the loop must outlive any one pass
+            pass_failed("promoter", exc)
         await trio.sleep(settings.relay_tick)
 
 
@@ -153,8 +156,8 @@ async def reaper_loop(db: Database, settings: Settings) -> None:
                     "lease expired; job requeued",
                     extra={"job_id": str(job["id"]), "status": job["status"]},
                 )
-        except psycopg.Error as exc:
-            log.warning("reaper pass failed", extra={"error": str(exc)[:300]})
+        except Exception as exc:  # the loop must outlive any one pass
+            pass_failed("reaper", exc)
         await trio.sleep(1.0)
 
 

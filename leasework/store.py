@@ -52,14 +52,6 @@ def _ready_outbox_insert(source: str, topic_param: str = "%(topic)s") -> str:
     )
 
 
-def outbox_add(conn: psycopg.Connection, job_id: uuid.UUID, message: tuple) -> None:
-    topic, key, value, headers = message
-    conn.execute(
-        "INSERT INTO outbox (job_id, topic, key, value, headers) VALUES (%s, %s, %s, %s, %s)",
-        (job_id, topic, key, Jsonb(value), Jsonb(headers)),
-    )
-
-
 # ---------------------------------------------------------------- submit
 
 
@@ -287,9 +279,10 @@ def jobs_retry_matching(
 
 
 def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[Row]:
-    """Lock a batch of unpublished rows; other relays skip them until this transaction ends."""
+    """Lock a batch of unpublished rows; other relays skip them until this transaction ends.
+    ``value`` comes as the JSON text Postgres holds, published as is (never re-encoded)."""
     return conn.execute(
-        """SELECT id, job_id, topic, key, value, headers, created_at FROM outbox
+        """SELECT id, job_id, topic, key, value::text AS value, headers, created_at FROM outbox
            WHERE published_at IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED""",
         (limit,),
     ).fetchall()
@@ -411,15 +404,19 @@ def job_defer(
     ).fetchone()
 
 
-def dlq_message(job: Row, topic: str) -> tuple[str, str, dict, dict]:
-    headers = {
-        "job_id": str(job["id"]),
-        "type": job["type"],
-        "attempts": str(job["attempt"]),
-        "last_error": (job["last_error"] or "")[:1000],
-    }
-    value = {"job_id": str(job["id"]), "type": job["type"], "payload": job["payload"]}
-    return topic, str(job["id"]), value, headers
+def dlq_outbox_add(conn: psycopg.Connection, job_id: uuid.UUID, topic: str) -> None:
+    """The dead-letter message of a job that just died, built in SQL from its row (the payload
+    never round-trips through Python: what the store holds is what the DLQ gets)."""
+    conn.execute(
+        """INSERT INTO outbox (job_id, topic, key, value, headers)
+           SELECT id, %(topic)s, id::text,
+                  jsonb_build_object('job_id', id::text, 'type', type, 'payload', payload),
+                  jsonb_build_object('job_id', id::text, 'type', type,
+                                     'attempts', attempt::text,
+                                     'last_error', left(coalesce(last_error, ''), 1000))
+           FROM jobs WHERE id = %(id)s""",
+        {"id": job_id, "topic": topic},
+    )
 
 
 @dataclass(frozen=True)
@@ -504,7 +501,7 @@ def job_finish(
         (str(outcome.status), outcome.error, job_id, fence),
     )
     if outcome.status == Status.DEAD:
-        outbox_add(conn, job_id, dlq_message(row, dlq_topic))
+        dlq_outbox_add(conn, job_id, dlq_topic)
     return row
 
 
@@ -584,6 +581,6 @@ def jobs_reap_expired(
         outcome = Outcome(decision.status, error, decision.delay)
         updated = _leave_running(conn, row["id"], row["fence"], outcome)
         if decision.status == Status.DEAD:
-            outbox_add(conn, row["id"], dlq_message(updated, dlq_topic))
+            dlq_outbox_add(conn, row["id"], dlq_topic)
         reaped.append(updated)
     return reaped

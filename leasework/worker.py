@@ -156,6 +156,14 @@ class Worker:
                 "message left for redelivery", extra={"partition": partition, "offset": offset}
             )
             return
+        except Exception:  # a bug in this process, not the job's outcome: keep the worker
+            metrics.worker_errors.inc()
+            log.exception(
+                "unexpected error handling a message; left uncommitted for redelivery (a "
+                "claimed job comes back through the reaper)",
+                extra={"partition": partition, "offset": offset},
+            )
+            return
         self.tracker.finish(partition, offset)
         self.commit_wanted.set()
 

@@ -195,6 +195,11 @@ BEGIN
         RAISE EXCEPTION 'leasework_enqueue: payload nests deeper than 32 levels'
             USING ERRCODE = '22023';
     END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_path_query(payload, 'lax $.**') AS v
+               WHERE jsonb_typeof(v) = 'number' AND length(v::text) > 1001) THEN
+        RAISE EXCEPTION 'leasework_enqueue: payload holds a number of more than 1000 digits'
+            USING ERRCODE = '22023';
+    END IF;
     IF octet_length(payload::text) > 1048576 THEN
         RAISE EXCEPTION 'leasework_enqueue: payload is over 1048576 bytes as JSON'
             USING ERRCODE = '22023', HINT = 'store large data elsewhere and pass a reference';

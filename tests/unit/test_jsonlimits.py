@@ -15,18 +15,29 @@ def nested(depth: int):
 
 
 @pytest.mark.parametrize(
+    ("raw", "field", "says"),
+    [
+        (b'{"a": NaN}', "payload.a", "is NaN, which is not JSON"),
+        (b'{"a": [Infinity]}', "payload.a[0]", "is Infinity"),
+        (b'{"a": -Infinity}', "payload.a", "is -Infinity"),
+        (b'{"a": 1e400}', "payload.a", "too large"),
+        (b'{"a": ' + b"9" * 5000 + b"}", "payload.a", "integer of 5000 digits"),
+    ],
+)
+def test_numbers_the_store_cannot_hold_parse_into_markers_that_name_their_field(raw, field, says):
+    errors = storable_errors(parse_json(raw))
+    assert [(e.field, says in e.message) for e in errors] == [(field, True)], errors
+
+
+@pytest.mark.parametrize(
     ("raw", "says"),
     [
-        (b'{"a": NaN}', "NaN is not JSON"),
-        (b'{"a": Infinity}', "Infinity is not JSON"),
-        (b'{"a": -Infinity}', "-Infinity is not JSON"),
-        (b'{"a": 1e400}', "too large"),
-        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests deeper than 32"),
         (b'{"a": 1', "Expecting"),
         (b"\xff\xfe", "Expecting value|decode"),
     ],
 )
-def test_parse_refuses_what_json_or_the_store_cannot_hold(raw, says):
+def test_parse_refuses_what_is_not_json_at_all(raw, says):
     with pytest.raises(MalformedJSON, match=says):
         parse_json(raw)
 
