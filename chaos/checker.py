@@ -4,10 +4,11 @@ to a :class:`Verdict`.
 Nothing here does I/O or reads a clock; the same inputs always give the same verdict.
 
 The promise being checked: every accepted job reaches a terminal state (at-least-once), no
-job's effect is recorded twice (at-most-once effects), and a ``ledger`` job that succeeded has
-exactly its one effect. A submit is *accepted* when it was acknowledged (``ok``), or when its
-outcome was unknown (``info``) and its Idempotency-Key is found in the jobs table: an unknown
-that did land must then finish like any other.
+job's effect is recorded twice (at-most-once effects), and a job whose type records an effect
+(``ledger``; the example shop's ``send_receipt``, whose effect is the receipt recorded on its
+order) that succeeded has exactly its one effect. A submit is *accepted* when it was
+acknowledged (``ok``), or when its outcome was unknown (``info``) and its Idempotency-Key is
+found in the jobs table: an unknown that did land must then finish like any other.
 
 Validity follows Jepsen: ``True``, ``False`` or ``"unknown"``; composing ranks invalid over
 unknown over valid. :func:`judge` then compares a verdict with a scenario's expectations
@@ -210,7 +211,9 @@ JOB_OPTIONAL = (
     "created_at",
     "last_error",
 )
-EFFECT_COLUMNS = ("job_id", "fence", "kind")
+EFFECT_COLUMNS = ("job_id", "fence", "kind")  # fence None: the effect's writer records none
+# job types whose success must come with exactly one effect, and that effect's kind
+EFFECT_KINDS: dict[str, str] = {"ledger": "ledger", "send_receipt": "receipt"}
 ATTEMPT_COLUMNS = ("job_id", "attempt", "fence", "worker", "started_at", "outcome")
 
 
@@ -233,6 +236,16 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 
 def _seconds(moment: datetime, origin: datetime) -> float:
     return (moment - origin).total_seconds()
+
+
+def _effects_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``2 effects (fences 3, 5)``; ``2 effects (receipt x2, no fence recorded)``."""
+    fences = sorted(r["fence"] for r in rows if r["fence"] is not None)
+    if len(fences) == len(rows):
+        return f"{len(rows)} effects (fences {', '.join(str(f) for f in fences)})"
+    kinds = Counter(str(r["kind"]) for r in rows)
+    shown = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))
+    return f"{len(rows)} effects ({shown}, no fence recorded)"
 
 
 # ---------------------------------------------------------------- the checker
@@ -329,7 +342,7 @@ def check(
                     JobIssue(
                         submit.acked_ids[0] if submit.acked_ids else None,
                         submit.key,
-                        "acknowledged (202) but no job with its key is in the table",
+                        "acknowledged (2xx) but no job with its key is in the table",
                     )
                 )
                 continue
@@ -393,9 +406,14 @@ def check(
                 )
             )
         if status == Status.SUCCEEDED:
-            if job["type"] == "ledger" and not effects_of.get(job["id"]):
+            kind = EFFECT_KINDS.get(job["type"])
+            if kind is not None and not any(
+                e["kind"] == kind for e in effects_of.get(job["id"], ())
+            ):
                 lost_jobs.append(
-                    JobIssue(job["id"], submit.key, "ledger job succeeded without its effect")
+                    JobIssue(
+                        job["id"], submit.key, f"{job['type']} job succeeded without its effect"
+                    )
                 )
             if job["started_at"] is not None and job["run_at"] is not None:
                 delays.append(_seconds(job["started_at"], job["run_at"]))
@@ -426,8 +444,7 @@ def check(
         job = by_id.get(job_id)
         key = job["idempotency_key"] if job else None
         if len(rows) > 1:
-            fences = ", ".join(str(r["fence"]) for r in sorted(rows, key=lambda r: r["fence"]))
-            doubled_jobs.append(JobIssue(job_id, key, f"{len(rows)} effects (fences {fences})"))
+            doubled_jobs.append(JobIssue(job_id, key, _effects_text(rows)))
         if job is None or job["status"] != Status.SUCCEEDED:
             stray += len(rows)
             state = "missing from the table" if job is None else f"{job['status']}"

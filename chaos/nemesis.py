@@ -27,7 +27,8 @@ The shared proxies carry the traffic of several leasework processes: see :func:`
 ``api/postgres``) uses a proxy of its own, added for the run (:func:`link_proxies`), with
 the process restarted pointing at it (:func:`link_env`). A single process's Kafka link is
 not offered: a broker advertises the proxy of the listener a client came in through, and a
-client follows the advertised address after bootstrap.
+client follows the advertised address after bootstrap. ``worker-N/mail`` is a link with no
+shared proxy: the worker's calls to the example shop's mail service (``SHOP_MAIL_URL``).
 
 Blocking stack calls run in a worker thread, one at a time (:class:`StackCalls`).
 """
@@ -50,7 +51,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from chaos.history import NEMESIS, NEMESIS_PROCESS, Recorder, nemesis_value
 from chaos.scenario import KAFKA_COORDINATOR, FaultSpec
 from chaos.stack import Stack
-from chaos.stack.layout import HOST, KAFKA_DIRECT_BOOTSTRAP, PG_DATABASE, PG_PASSWORD, PG_USER
+from chaos.stack.layout import (
+    HOST,
+    KAFKA_DIRECT_BOOTSTRAP,
+    PG_DATABASE,
+    PG_PASSWORD,
+    PG_USER,
+    SHOP_MAIL_PORT,
+)
 from chaos.stack.layout import PROXIES as PROXY_PORTS
 
 log = logging.getLogger("chaos.nemesis")
@@ -66,6 +74,8 @@ START_TIMEOUT = 90.0
 # a worker is hit mid-job: its fault waits (up to this long) until it runs at least one job
 MID_JOB_PATIENCE = 15.0
 MID_JOB_FAULTS = frozenset({"sigstop", "sigkill", "restart"})
+# upstream ports of the private links that have no shared proxy (chaos.scenario.PRIVATE_LINKS)
+PRIVATE_LINK_PORTS: dict[str, int] = {"mail": SHOP_MAIL_PORT}
 HEAL_ATTEMPTS = 3
 HEAL_RETRY_PAUSE = 1.0
 
@@ -154,7 +164,9 @@ def link_env(proxy: str, port: int) -> dict[str, str]:
         }
     if proxy == "redis":
         return {"LEASEWORK_REDIS_ADDR": f"{HOST}:{port}"}
-    raise NemesisError(f"no per-process link for {proxy!r}; only postgres and redis")
+    if proxy == "mail":  # read by the example shop's send_receipt (examples/shop/jobs.py)
+        return {"SHOP_MAIL_URL": f"http://{HOST}:{port}"}
+    raise NemesisError(f"no per-process link for {proxy!r}; only postgres, redis and mail")
 
 
 def toxic_bodies(spec: FaultSpec, name: str) -> list[dict[str, Any]]:
@@ -693,7 +705,8 @@ async def link_proxies(toxiproxy: Toxiproxy, pairs: Sequence[tuple[str, str]]) -
     links = []
     for process, proxy in pairs:
         link = Link(process, proxy, free_port())
-        upstream = f"{HOST}:{PROXY_PORTS[proxy][1]}"
+        port = PRIVATE_LINK_PORTS[proxy] if proxy in PRIVATE_LINK_PORTS else PROXY_PORTS[proxy][1]
+        upstream = f"{HOST}:{port}"
         await toxiproxy.delete_proxy(link.name)
         await toxiproxy.create_proxy(link.name, f"{HOST}:{link.port}", upstream)
         links.append(link)

@@ -273,7 +273,7 @@ def render_markdown(
         [
             ("submitted (distinct keys)", verdict.submitted),
             ("accepted", verdict.accepted),
-            ("… acknowledged (202)", verdict.acknowledged),
+            ("… acknowledged (2xx)", verdict.acknowledged),
             ("… unknown, landed", verdict.unknown_landed),
             ("unknown, never landed", verdict.unknown_not_landed),
             ("rejected (4xx)", verdict.rejected),

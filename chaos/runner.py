@@ -14,13 +14,15 @@ For each scenario:
 4. **Quiet.** Wait until every job of the run is terminal and no worker has a job in flight
    (twice in a row, one second apart), or the scenario's quiet timeout passes.
 5. **Check.** Read ``jobs``, ``effects`` and ``attempts`` straight from Postgres (port 15433,
-   not the proxy) and the run's messages straight from Kafka (inter-broker listeners), run
-   the pure checker, judge against the scenario's expectations plus the harness's own
-   checks: evidence that the fault hit (redeliveries, unknown submits that landed, messages
-   produced twice), the backlog drain bound, faults that could not be injected or healed, an
-   API that said "nothing was written" and had written, a leasework process that died with
-   no fault killing it (a crash), and signs that something else drove the shared stack
-   meanwhile (a restart no fault made, a process without the run's environment).
+   not the proxy), plus the example shop's orders (each receipt recorded on an order is an
+   effect of its job, :mod:`chaos.shop`) and mail ledger, and the run's messages straight
+   from Kafka (inter-broker listeners), run the pure checker, judge against the scenario's
+   expectations plus the harness's own checks: evidence that the fault hit (redeliveries,
+   unknown submits that landed, messages produced twice), the backlog drain bound, faults
+   that could not be injected or healed, an API that said "nothing was written" and had
+   written, a leasework process that died with no fault killing it (a crash), and signs that
+   something else drove the shared stack meanwhile (a restart no fault made, a process
+   without the run's environment).
 6. **Report** under ``reports/chaos/<timestamp>/<scenario>/``: ``report.json``,
    ``report.md``, ``timeline.svg``, ``history.jsonl``, and ``tables.json`` (the rows the
    checker saw, so a run can be checked again offline).
@@ -78,8 +80,9 @@ from chaos.report import (
     write_report,
 )
 from chaos.scenario import Scenario, load_scenarios, plan_submits
+from chaos.shop import ShopView, read_shop, receipt_effects, shop_view
 from chaos.stack import Stack, procs
-from chaos.stack.layout import KAFKA_DIRECT_BOOTSTRAP
+from chaos.stack.layout import KAFKA_DIRECT_BOOTSTRAP, SHOP_URL
 from chaos.stack.procs import read_environ
 from chaos.workload import (
     ClientView,
@@ -109,7 +112,10 @@ RUN_ENV_KEYS = (
     "LEASEWORK_REDIS_ADDR",
     "LEASEWORK_POSTGRES_DSN",
     "LEASEWORK_KAFKA_BROKERS",
+    "SHOP_MAIL_URL",
 )
+# what a worker needs to run the example shop's send_receipt; checked when a scenario uses it
+SHOP_ENV_KEYS = ("LEASEWORK_APP",)
 RETRY_GRACE = 45.0  # submits keep retrying this long after the last fault is healed
 QUIET_POLL = 1.0
 RESTORE_TIMEOUT = 300.0
@@ -148,19 +154,23 @@ class RunResult:
 # ---------------------------------------------------------------- the stack, blocking side
 
 
-def env_deviations(stack: Stack, name: str, pid: int) -> list[str]:
-    """RUN_ENV_KEYS whose value in the running process differs from its normal one."""
+def env_deviations(
+    stack: Stack, name: str, pid: int, keys: Sequence[str] = RUN_ENV_KEYS
+) -> list[str]:
+    """``keys`` whose value in the running process differs from its normal one."""
     actual = read_environ(pid)
     if actual is None:
         return []
     normal = stack.app_env(name)
-    return [k for k in RUN_ENV_KEYS if actual.get(k) != normal.get(k)]
+    return [k for k in keys if actual.get(k) != normal.get(k)]
 
 
-def baseline(stack: Stack) -> list[str]:
+def baseline(stack: Stack, *, shop: bool = False) -> list[str]:
     """Bring every service to its normal state (blocking; run in a thread). Returns what it
-    had to do."""
+    had to do. ``shop``: the scenario places orders through the example shop, which must
+    then run too, and the workers must load its job types."""
     done: list[str] = []
+    keys = (*RUN_ENV_KEYS, *SHOP_ENV_KEYS) if shop else RUN_ENV_KEYS
     for name in stack.names("infra"):
         if not stack.is_running(name):
             stack.start(name, timeout=SETTLE_TIMEOUT)
@@ -169,7 +179,7 @@ def baseline(stack: Stack) -> list[str]:
         pid = stack.pid(name)
         if pid is not None:
             stack.resume(name)  # harmless unless it was left paused
-            deviations = env_deviations(stack, name, pid)
+            deviations = env_deviations(stack, name, pid, keys)
             if deviations:
                 stack.stop(name)
                 pid = None
@@ -178,7 +188,12 @@ def baseline(stack: Stack) -> list[str]:
             stack.start(name, timeout=SETTLE_TIMEOUT)
             if not done or not done[-1].startswith(f"restarted {name}"):
                 done.append(f"started {name}")
-    for name in stack.names("app"):
+    examples = stack.names("example") if shop else []
+    for name in examples:
+        if not stack.is_running(name):
+            stack.start(name, timeout=SETTLE_TIMEOUT)
+            done.append(f"started {name}")
+    for name in (*stack.names("app"), *examples):
         stack.wait_ready(name, timeout=SETTLE_TIMEOUT)
     stack.wait_kafka_cluster(120.0)
     return done
@@ -264,7 +279,11 @@ def pending_jobs(prefix: str) -> dict[str, int]:
 
 
 def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
-    """The run's rows of ``jobs``, ``effects`` and ``attempts`` (blocking)."""
+    """The run's rows of ``jobs``, ``effects`` and ``attempts``, and of the example shop's
+    ``shop_orders`` and ``shop_mail`` (blocking). ``effects`` holds, after the rows of the
+    ``effects`` table, one row of kind ``receipt`` per receipt recorded on an order of the
+    run (:func:`chaos.shop.receipt_effects`), so a receipt recorded twice is a doubled
+    effect."""
     like = _like(prefix)
     with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         jobs = conn.execute(
@@ -284,7 +303,9 @@ def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
             "WHERE j.idempotency_key LIKE %s ORDER BY a.id",
             (like,),
         ).fetchall()
-    return {"jobs": jobs, "effects": effects, "attempts": attempts}
+        shop = read_shop(conn, like)
+    effects += receipt_effects(shop["shop_orders"])
+    return {"jobs": jobs, "effects": effects, "attempts": attempts, **shop}
 
 
 def _jsonable(value: Any) -> Any:
@@ -301,7 +322,8 @@ def save_tables(path: Path, tables: Mapping[str, Any], run_started_at: datetime)
 
 
 def load_tables(path: Path) -> dict[str, Any]:
-    """``tables.json`` of a report directory: run_started_at, jobs, effects, attempts."""
+    """``tables.json`` of a report directory: run_started_at, jobs, effects (receipts
+    included), attempts, and the shop's shop_orders and shop_mail (absent in older reports)."""
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -670,7 +692,7 @@ def details_markdown(details: Mapping[str, Any]) -> str:
         ("submits planned", client["planned"]),
         ("keys submitted", client["keys_invoked"]),
         ("HTTP attempts", client["attempts"]),
-        ("keys acknowledged (202)", client["acknowledged"]),
+        ("keys acknowledged (2xx)", client["acknowledged"]),
         ("keys retried", view["retried_keys"]),
         ("keys with an unknown (info) attempt", view["unknown_keys"]),
         ("… which landed (job in the table)", view["unknown_landed"]),
@@ -703,6 +725,16 @@ def details_markdown(details: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("Kafka `jobs.ready` could not be read; no message count.")
+    shop = details.get("shop")
+    if shop:
+        lines.append(
+            f"Example shop (read directly after the run): {shop['orders']} order(s), "
+            f"{shop['receipts_recorded']} receipt(s) recorded through the fence "
+            f"({shop['orders_doubled']} order(s) recorded more than once, "
+            f"{shop['orders_without_receipt']} with none); the mail service sent "
+            f"{shop['emails']} email(s) for {shop['mail_calls']} call(s) "
+            f"({shop['emails_called_again']} asked for again under the same idempotency key)."
+        )
     alert_info = details.get("alerts") or {}
     fired_alerts = alert_info.get("fired")
     if fired_alerts is None:
@@ -851,7 +883,7 @@ async def run_scenario(
             log("baseline: every service up, ready and normal; no toxics")
             await toxiproxy.reset()
             await toxiproxy.delete_runtime_proxies()
-            done = await calls(baseline, stack)
+            done = await calls(baseline, stack, shop=scenario.uses_shop)
         links = await link_proxies(toxiproxy, pairs)
         envs = process_envs(links, fencing=scenario.fencing, unsafe_env=UNSAFE_ENV)
         for name, env in envs.items():
@@ -879,7 +911,7 @@ async def run_scenario(
                 await toxiproxy.delete_runtime_proxies()
                 for name in envs:
                     await calls(restart_with, stack, name, {})
-                await calls(baseline, stack)
+                await calls(baseline, stack, shop=scenario.uses_shop)
             except Exception as exc:  # reported; the next scenario's baseline tries again
                 log(f"restore FAILED: {type(exc).__name__}: {exc}")
             await toxiproxy.aclose()
@@ -915,6 +947,7 @@ async def _run(
         recorder,
         plan,
         base_url=API_URL,
+        shop_url=SHOP_URL,
         clients=workload_spec.clients,
         submit_timeout=workload_spec.submit_timeout,
         retry_until=retry_until,
@@ -991,6 +1024,9 @@ async def _run(
         if kafka_messages is not None
         else None
     )
+    shop: ShopView | None = (
+        shop_view(tables["shop_orders"], tables["shop_mail"]) if scenario.uses_shop else None
+    )
     extra = harness_problems(
         scenario,
         verdict,
@@ -1018,6 +1054,7 @@ async def _run(
         "client_view": view.to_dict(),
         "counters": counters,
         "kafka": messages.to_dict() if messages is not None else None,
+        "shop": shop.to_dict() if shop is not None else None,
         "alerts": {
             "expected": list(scenario.expect.alerts),
             "firing_at_start": sorted(firing_at_start) if firing_at_start is not None else None,

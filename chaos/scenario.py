@@ -15,6 +15,7 @@ A scenario file (``scenarios/*.toml``)::
     delayed = 2
     fail = 2
     ledger = 2
+    receipt = 0                    # an order placed through the example shop's POST /orders
 
     [[faults]]
     at = 10.0                      # seconds after the run started
@@ -87,6 +88,10 @@ FAULTS: tuple[str, ...] = TOXIC_FAULTS + PROCESS_FAULTS + KAFKA_FAULTS + REDIS_F
 # kafka-N carries the api's and the relay's Kafka traffic, kafka-N-worker-M worker-M's (each
 # broker advertises the proxy of the listener a client came in through)
 PROXIES: tuple[str, ...] = tuple(STACK_PROXIES)  # the order seeds the random mix's targets
+# links with no shared proxy, offered only as one worker's private link (worker-N/mail):
+# ``mail`` is the worker's calls to the example shop's mail service (send_receipt's third
+# party); a latency toxic on it is a slow third party
+PRIVATE_LINKS: tuple[str, ...] = ("mail",)
 PROCESSES: tuple[str, ...] = ("worker-1", "worker-2", "relay", "api")
 KAFKA_NODES: tuple[str, ...] = ("kafka-1", "kafka-2", "kafka-3")
 # a kafka_kill target resolved when the fault starts: the workers' group coordinator
@@ -112,7 +117,15 @@ _STREAMS = ("upstream", "downstream", "both")
 # faults that are a single instant: their duration may be zero
 _INSTANT_FAULTS = frozenset({"redis_flushall", "sigkill", "restart", "kafka_kill", "redis_restart"})
 
-MIX_KINDS: tuple[str, ...] = ("noop", "delayed", "fail", "ledger")
+# new kinds go last: with a zero weight they leave the draws of an existing mix unchanged
+MIX_KINDS: tuple[str, ...] = ("noop", "delayed", "fail", "ledger", "receipt")
+# kinds submitted through the example shop (examples/shop/web.py: the order and its
+# send_receipt job in one transaction) instead of leasework's POST /jobs
+SHOP_KINDS: frozenset[str] = frozenset({"receipt"})
+# the shop's policy for send_receipt (examples/shop/jobs.py); its endpoint takes no options
+RECEIPT_JOB_TYPE = "send_receipt"
+RECEIPT_MAX_ATTEMPTS = 5
+RECEIPT_TIMEOUT_SECONDS = 30
 
 
 class ScenarioError(ValueError):
@@ -147,9 +160,13 @@ def target_problem(fault: str, target: str | None) -> str | None:
             process, proxy = target.split("/", 1)
             if _PROCESS.match(process) and proxy in PROXIES:
                 return None
+            if proxy in PRIVATE_LINKS and re.fullmatch(r"worker-[1-9][0-9]*", process):
+                return None
         return (
             f"{target!r} is not a toxiproxy proxy; expected one of {', '.join(PROXIES)}, "
-            "or PROCESS/PROXY for one process's link (e.g. 'worker-1/postgres')"
+            "or PROCESS/PROXY for one process's link (e.g. 'worker-1/postgres'), or "
+            f"worker-N/LINK for one worker's link to {', '.join(PRIVATE_LINKS)} "
+            "(the example shop's mail service)"
         )
     if kind == "process":
         if target and _PROCESS.match(target):
@@ -197,12 +214,14 @@ class FaultSpec:
 class Mix:
     """Relative weights of the kinds of submit: ``noop`` due now, ``delayed`` (a noop due
     later), ``fail`` (fails ``fail_times`` attempts, then succeeds), ``ledger`` (one fenced
-    effect)."""
+    effect), ``receipt`` (an order placed through the example shop, whose ``send_receipt``
+    job emails the receipt and records it on the order through the fence)."""
 
     noop: float = 1.0
     delayed: float = 0.0
     fail: float = 0.0
     ledger: float = 0.0
+    receipt: float = 0.0
 
     def weights(self) -> list[tuple[str, float]]:
         return [(kind, getattr(self, kind)) for kind in MIX_KINDS]
@@ -271,6 +290,11 @@ class Scenario:
     def lease_mode(self) -> str:
         """The workers' ``LEASEWORK_LEASE_MODE`` for this scenario."""
         return "fenced" if self.fencing else UNSAFE_LEASE_MODE
+
+    @property
+    def uses_shop(self) -> bool:
+        """Whether the workload places orders through the example shop."""
+        return any(getattr(self.workload.mix, kind) > 0 for kind in SHOP_KINDS)
 
     @property
     def fault_names(self) -> tuple[str, ...]:
@@ -665,13 +689,18 @@ class PlannedSubmit:
 
     at: float
     key: str
-    kind: str  # noop, delayed, fail, ledger
+    kind: str  # one of MIX_KINDS
     job_type: str
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # the job's payload; for a shop kind, the order's body
     delay: float
     max_attempts: int
     timeout_seconds: int
     may_die: bool
+
+    @property
+    def via_shop(self) -> bool:
+        """Sent to the example shop's ``POST /orders``, not to leasework's ``POST /jobs``."""
+        return self.kind in SHOP_KINDS
 
     def value(self) -> dict[str, Any]:
         """The history value of its invocation."""
@@ -696,6 +725,7 @@ def plan_submits(workload: Workload, *, seed: int, key_prefix: str) -> Iterator[
         kind = rng.choices(kinds, weights)[0]
         delay, payload, job_type = 0.0, {}, "noop"
         max_attempts, may_die = workload.max_attempts, False
+        timeout_seconds = workload.timeout_seconds
         if kind == "delayed":
             delay = round(rng.uniform(0.0, workload.delay_seconds), 3)
         elif kind == "fail":
@@ -703,6 +733,12 @@ def plan_submits(workload: Workload, *, seed: int, key_prefix: str) -> Iterator[
             max_attempts, may_die = workload.fail_max_attempts, workload.fail_may_die
         elif kind == "ledger":
             job_type, payload = "ledger", {"seconds": workload.ledger_seconds}
+        elif kind == "receipt":
+            # the order's body; the job's options are the shop's policy for send_receipt
+            job_type = RECEIPT_JOB_TYPE
+            amount = rng.randint(100, 99_999)
+            payload = {"email": f"buyer-{i:06d}@shop.test", "amount_cents": amount}
+            max_attempts, timeout_seconds = RECEIPT_MAX_ATTEMPTS, RECEIPT_TIMEOUT_SECONDS
         yield PlannedSubmit(
             at=round(i / workload.rate, 6),
             key=f"{key_prefix}-{i:06d}",
@@ -711,6 +747,6 @@ def plan_submits(workload: Workload, *, seed: int, key_prefix: str) -> Iterator[
             payload=payload,
             delay=delay,
             max_attempts=max_attempts,
-            timeout_seconds=workload.timeout_seconds,
+            timeout_seconds=timeout_seconds,
             may_die=may_die,
         )

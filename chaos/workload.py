@@ -2,10 +2,14 @@
 
 A :class:`Workload` sends the planned submits (:func:`chaos.scenario.plan_submits`) through the
 real HTTP API at their scheduled times from a bounded set of client processes, and records
-every request and its outcome in the history:
+every request and its outcome in the history. A submit of a shop kind (``receipt``) goes to
+the example shop's ``POST /orders`` instead (the order and its ``send_receipt`` job in one
+transaction, the planned key as the Idempotency-Key); its answer is classified the same way
+and its job is the ``receipt_job_id`` of the answer.
 
-- ``ok``: 202, the job id and status are in the completion's value (plus ``replay``: the API
-  answered with a job an earlier request under the same key had already created);
+- ``ok``: 2xx (the API's 202, the shop's 201, or 200 for a repeated key), the job id and
+  status are in the completion's value (plus ``replay``: the server answered with a job an
+  earlier request under the same key had already created);
 - ``fail``: it certainly did not happen: a 4xx answer, a connection that could not even be
   opened (nothing was sent), or a 503 problem ``database-unavailable``, whose contract is
   "nothing was written" (the checker holds the API to that: a key only ever answered 503 that
@@ -36,6 +40,7 @@ import trio
 from chaos.history import SUBMIT, Op, Recorder, fault_windows, pairs, submit_ok_value
 from chaos.scenario import PlannedSubmit
 from leasework.client import submit_body
+from leasework.states import Status
 
 Outcome = Literal["ok", "fail", "info"]
 
@@ -93,8 +98,15 @@ def classify_exception(exc: BaseException) -> Classified:
     return Classified("info", True, name, text)
 
 
+JOBS_PATH = "/jobs"  # leasework's API
+ORDERS_PATH = "/orders"  # the example shop's
+
+
 def request_body(planned: PlannedSubmit) -> dict[str, Any]:
-    """The JSON body of a planned submit; every retry sends exactly this (same request hash)."""
+    """The JSON body of a planned submit; every retry sends exactly this (same request hash).
+    For a shop kind it is the order (``{"email", "amount_cents"}``)."""
+    if planned.via_shop:
+        return dict(planned.payload)
     return submit_body(
         planned.job_type,
         planned.payload,
@@ -102,6 +114,19 @@ def request_body(planned: PlannedSubmit) -> dict[str, Any]:
         max_attempts=planned.max_attempts,
         timeout_seconds=planned.timeout_seconds,
     )
+
+
+def acknowledged_job(planned: PlannedSubmit, answer: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The job id and status a 2xx answer names, or None when it names no job. The shop
+    answers with its order; its receipt job was just created queued (or already existed)."""
+    if planned.via_shop:
+        job_id = answer.get("receipt_job_id")
+        status: Any = Status.QUEUED.value
+    else:
+        job_id, status = answer.get("id"), answer.get("status")
+    if job_id is None or str(job_id) in ("", "None"):
+        return None
+    return str(job_id), str(status)
 
 
 def retry_backoff(attempt: int, *, base: float = 0.25, cap: float = 2.0) -> float:
@@ -138,7 +163,8 @@ class WorkloadStats:
 
 
 class Workload:
-    """Sends ``plan`` through the API at ``base_url``, recording into ``recorder``.
+    """Sends ``plan`` through the API at ``base_url`` (a shop kind's submits to the example
+    shop at ``shop_url``), recording into ``recorder``.
 
     ``clients`` processes submit concurrently; each submits one key at a time (retrying it
     until it is resolved), so a stalled API slows the client down instead of piling up
@@ -151,6 +177,7 @@ class Workload:
         plan: Sequence[PlannedSubmit],
         *,
         base_url: str,
+        shop_url: str | None = None,
         clients: int = 4,
         submit_timeout: float = 5.0,
         retry_until: float = math.inf,
@@ -159,11 +186,20 @@ class Workload:
         self.recorder = recorder
         self.plan = list(plan)
         self.base_url = base_url
+        self.shop_url = shop_url
         self.clients = max(1, clients)
         self.submit_timeout = submit_timeout
         self.retry_until = retry_until
         self.transport = transport
         self.stats = WorkloadStats(planned=len(self.plan))
+        if self.shop_url is None and any(p.via_shop for p in self.plan):
+            raise ValueError("the plan places orders through the shop: give a shop_url")
+
+    def url(self, planned: PlannedSubmit) -> str:
+        """Where a planned submit is sent (absolute URLs bypass the client's base_url)."""
+        if planned.via_shop:
+            return f"{str(self.shop_url).rstrip('/')}{ORDERS_PATH}"
+        return f"{self.base_url.rstrip('/')}{JOBS_PATH}"
 
     def _deadline(self, relative: float) -> float:
         """A trio deadline for a time on the recorder's clock."""
@@ -203,7 +239,7 @@ class Workload:
     async def submit(self, http: httpx.AsyncClient, process: int, planned: PlannedSubmit) -> int:
         """Submit one key until it is resolved; returns the client's process id afterwards."""
         self.stats.keys_invoked += 1
-        body = request_body(planned)
+        url, body = self.url(planned), request_body(planned)
         headers = {"Idempotency-Key": planned.key}
         value = planned.value()
         attempt = 0
@@ -211,14 +247,17 @@ class Workload:
             attempt += 1
             self.stats.attempts += 1
             invocation = self.recorder.invoke(process, SUBMIT, value)
-            result, response = await self._attempt(http, body, headers)
+            result, answer = await self._attempt(http, planned, url, body, headers)
             self.stats.by_outcome[result.type] += 1
             self.stats.by_reason[f"{result.type} {result.reason}"] += 1
-            if result.type == "ok" and response is not None:
-                job = _json(response)
-                ok_value = submit_ok_value(value, str(job.get("id")), str(job.get("status")))
-                ok_value["replay"] = bool(job.get("replay", False))
+            # an answer comes only with an ok that names its job
+            acked = acknowledged_job(planned, answer) if answer is not None else None
+            if answer is not None and acked is not None:
+                ok_value = submit_ok_value(value, *acked)
+                ok_value["replay"] = bool(answer.get("replay", False))
                 ok_value["attempt"] = attempt
+                if "order_id" in answer:
+                    ok_value["order_id"] = answer["order_id"]
                 self.recorder.complete(invocation, "ok", ok_value)
                 self.stats.acknowledged += 1
                 return process
@@ -235,18 +274,28 @@ class Workload:
             await trio.sleep(pause)
 
     async def _attempt(
-        self, http: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
-    ) -> tuple[Classified, httpx.Response | None]:
+        self,
+        http: httpx.AsyncClient,
+        planned: PlannedSubmit,
+        url: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+    ) -> tuple[Classified, dict[str, Any] | None]:
+        """One request; the answer's JSON object along with a 2xx."""
         # httpx's own timeouts bound each phase; the cancel scope bounds the whole attempt
         with trio.move_on_after(self.submit_timeout + 1.0):
             try:
-                response = await http.post("/jobs", json=body, headers=headers)
+                response = await http.post(url, json=body, headers=headers)
             except httpx.HTTPError as exc:
                 return classify_exception(exc), None
             result = classify_response(response)
-            if result.type == "ok" and not _json(response).get("id"):
-                return Classified("info", True, "no-job-id", "202 without a job id"), None
-            return result, response
+            if result.type != "ok":
+                return result, None
+            answer = _json(response)
+            if acknowledged_job(planned, answer) is None:
+                code = response.status_code
+                return Classified("info", True, "no-job-id", f"{code} without a job id"), None
+            return result, answer
         return (
             Classified("info", True, "harness-deadline", "no answer within the harness deadline"),
             None,

@@ -117,6 +117,10 @@ def parse_job_id(raw: str) -> uuid.UUID:
         ) from None
 
 
+def no_such_job(job_id: str) -> Problem:
+    return Problem(404, "job-not-found", "Job not found", f"no job has id {job_id}")
+
+
 def invalid(errors: list[FieldError], what: str = "fix these fields and resubmit") -> Problem:
     names = ", ".join(dict.fromkeys(e.field for e in errors[:20]))
     return Problem(
@@ -329,7 +333,7 @@ def create_app(settings: Settings, db: Database, health: Health, jobs_app: App) 
     async def get_job(job_id: str):
         row = await db.run(store.job_get, parse_job_id(job_id))
         if row is None:
-            raise Problem(404, "job-not-found", "Job not found", f"no job has id {job_id}")
+            raise no_such_job(job_id)
         return job_view(row)
 
     @app.get("/jobs")
@@ -361,7 +365,7 @@ def create_app(settings: Settings, db: Database, health: Health, jobs_app: App) 
     async def cancel(job_id: str):
         result = await db.run(store.job_cancel, parse_job_id(job_id))
         if result.outcome == "missing":
-            raise Problem(404, "job-not-found", "Job not found", f"no job has id {job_id}")
+            raise no_such_job(job_id)
         if result.outcome == "finished":
             raise Problem(
                 409,
@@ -378,7 +382,7 @@ def create_app(settings: Settings, db: Database, health: Health, jobs_app: App) 
         retry_one = functools.partial(store.job_retry, topic=settings.topic_ready)
         result = await db.run(retry_one, parse_job_id(job_id))
         if result.outcome == "missing":
-            raise Problem(404, "job-not-found", "Job not found", f"no job has id {job_id}")
+            raise no_such_job(job_id)
         if result.outcome == "not-retryable":
             raise Problem(
                 409,

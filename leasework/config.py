@@ -48,6 +48,20 @@ def parse_duration(name: str, raw: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+NEVER = ("never", "forever", "off")
+
+
+def parse_positive_duration(name: str, raw: str, *, allow_never: bool = False) -> float | None:
+    """A duration above zero; with ``allow_never``, ``never`` (None: for ever) as well."""
+    if allow_never and raw.lower() in NEVER:
+        return None
+    seconds = parse_duration(name, raw)
+    if seconds <= 0:
+        also = ", or 'never' to keep those rows for ever" if allow_never else ""
+        raise ConfigError(f"{name}={raw!r} must be greater than zero{also}")
+    return seconds
+
+
 def parse_addr(name: str, raw: str) -> tuple[str, int]:
     """Parse ``host:port`` (host may be empty, meaning all interfaces)."""
     host, sep, port = raw.rpartition(":")
@@ -152,19 +166,24 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
             parse_addr("LEASEWORK_KAFKA_BROKERS", broker)
         values["kafka_brokers"] = listed
 
+    # variable -> (attribute, whether "never" is allowed)
     durations = {
-        "SHUTDOWN_TIMEOUT": "shutdown_timeout",
-        "LEASE_TTL": "lease_ttl",
-        "RELAY_TICK": "relay_tick",
-        "RETRY_BASE": "retry_base",
-        "RETRY_CAP": "retry_cap",
+        "SHUTDOWN_TIMEOUT": ("shutdown_timeout", False),
+        "LEASE_TTL": ("lease_ttl", False),
+        "RELAY_TICK": ("relay_tick", False),
+        "RETRY_BASE": ("retry_base", False),
+        "RETRY_CAP": ("retry_cap", False),
+        "PRUNE_INTERVAL": ("prune_interval", False),
+        "RETAIN_SUCCEEDED": ("retain_succeeded", True),
+        "RETAIN_DEAD": ("retain_dead", True),
+        "RETAIN_CANCELLED": ("retain_cancelled", True),
+        "RETAIN_OUTBOX": ("retain_outbox", True),
     }
-    for suffix, attr in durations.items():
+    for suffix, (attr, allow_never) in durations.items():
         if (raw := get(suffix)) is not None:
-            seconds = parse_duration(f"LEASEWORK_{suffix}", raw)
-            if seconds <= 0:
-                raise ConfigError(f"LEASEWORK_{suffix}={raw!r} must be greater than zero")
-            values[attr] = seconds
+            values[attr] = parse_positive_duration(
+                f"LEASEWORK_{suffix}", raw, allow_never=allow_never
+            )
 
     integers = {
         "WORKER_CONCURRENCY": ("worker_concurrency", 1, 1024),
@@ -191,30 +210,6 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
 
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group
-
-    retention = {
-        "RETAIN_SUCCEEDED": "retain_succeeded",
-        "RETAIN_DEAD": "retain_dead",
-        "RETAIN_CANCELLED": "retain_cancelled",
-        "RETAIN_OUTBOX": "retain_outbox",
-    }
-    for suffix, attr in retention.items():
-        if (raw := get(suffix)) is not None:
-            if raw.lower() in ("never", "forever", "off"):
-                values[attr] = None
-            else:
-                seconds = parse_duration(f"LEASEWORK_{suffix}", raw)
-                if seconds <= 0:
-                    raise ConfigError(
-                        f"LEASEWORK_{suffix}={raw!r} must be greater than zero, or 'never' to "
-                        "keep those rows for ever"
-                    )
-                values[attr] = seconds
-    if (raw := get("PRUNE_INTERVAL")) is not None:
-        seconds = parse_duration("LEASEWORK_PRUNE_INTERVAL", raw)
-        if seconds <= 0:
-            raise ConfigError(f"LEASEWORK_PRUNE_INTERVAL={raw!r} must be greater than zero")
-        values["prune_interval"] = seconds
 
     app = get("APP")
     if role in APP_ROLES:

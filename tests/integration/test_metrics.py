@@ -41,6 +41,7 @@ LABEL_DOMAINS = {
     "outcome": {s.value for s in Status},
     "reason": {s.value for s in Status} | {"missing", "undecodable"},
     "partition": {str(p) for p in range(12)},
+    "status": {"succeeded", "dead", "cancelled"},  # the pruner's, by final state
     "dependency": {"postgres", "redis", "kafka"},
     "result": {"ok", "lost", "error"},
 }

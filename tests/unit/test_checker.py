@@ -32,6 +32,7 @@ from chaos.history import (
     submit_value,
 )
 from chaos.scenario import Expectations
+from chaos.shop import receipt_effects, shop_view
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 
@@ -230,6 +231,77 @@ def test_an_acknowledged_id_that_is_not_the_tables_fails():
     run.job("a")
     verdict = run.check()
     assert verdict.valid is False and kinds(verdict) == {"mismatch"}
+
+
+def receipt_run(receipts: int, **job: Any) -> Run:
+    """One order through the shop whose receipt job succeeded after a stalled attempt; the
+    order holds ``receipts`` recorded receipts, as the runner reads them from shop_orders."""
+    run = Run()
+    run.fault("sigstop", "worker-1", 2.0, 27.0)
+    run.submit("o", job_type="send_receipt")
+    job.setdefault("outcomes", ("lease_expired", "succeeded"))
+    job_id = run.job("o", job_type="send_receipt", finished_at=30.0, effects=0, **job)
+    orders = [{"order_id": 1, "job_id": job_id, "receipts_recorded": receipts}]
+    run.effects += receipt_effects(orders)
+    return run
+
+
+def test_a_receipt_recorded_twice_is_doubled():
+    verdict = receipt_run(2).check()
+    assert verdict.valid is False
+    assert verdict.doubled == 1 and verdict.lost == 0 and verdict.redeliveries == 1
+    assert kinds(verdict) == {"doubled"}
+    assert verdict.doubled_jobs[0].reason == "2 effects (receipt x2, no fence recorded)"
+    assert judge(verdict, Expectations()).passed is False
+    assert judge(verdict, Expectations(expect_doubled=True)).passed is True
+
+
+def test_a_receipt_job_that_succeeded_without_its_receipt_is_lost():
+    verdict = receipt_run(0).check()
+    assert verdict.valid is False and verdict.lost == 1
+    assert verdict.lost_jobs[0].reason == "send_receipt job succeeded without its effect"
+
+
+def test_a_receipt_recorded_once_after_a_stalled_attempt_passes():
+    verdict = receipt_run(1).check()
+    assert verdict.valid is True, verdict.problems
+    assert (verdict.doubled, verdict.lost, verdict.stray_effects) == (0, 0, 0)
+    assert verdict.redeliveries == 1 and verdict.executions == {2: 1}
+    assert judge(verdict, Expectations(min_redeliveries=1)).passed is True
+
+
+def test_a_ledger_effect_does_not_stand_in_for_a_receipt():
+    run = receipt_run(0)
+    run.effects.append({"job_id": "job-o", "fence": 2, "kind": "ledger"})
+    verdict = run.check()
+    assert verdict.lost == 1 and verdict.doubled == 0
+
+
+def test_the_shop_view_counts_emails_against_mail_calls():
+    orders = [
+        {"order_id": 1, "job_id": "a", "receipts_recorded": 1},
+        {"order_id": 2, "job_id": "b", "receipts_recorded": 2},
+        {"order_id": 3, "job_id": "c", "receipts_recorded": 0},
+    ]
+    mail = [
+        {"idempotency_key": "leasework:a", "job_id": "a", "calls": 1},
+        {"idempotency_key": "leasework:b", "job_id": "b", "calls": 2},
+    ]
+    assert [e["job_id"] for e in receipt_effects(orders)] == ["a", "b", "b"]
+    assert all(
+        e == {"job_id": e["job_id"], "fence": None, "kind": "receipt"}
+        for e in receipt_effects(orders)
+    )
+    view = shop_view(orders, mail)
+    assert view.to_dict() == {
+        "orders": 3,
+        "receipts_recorded": 3,
+        "orders_without_receipt": 1,
+        "orders_doubled": 1,
+        "emails": 2,
+        "mail_calls": 3,
+        "emails_called_again": 1,
+    }
 
 
 # ---------------------------------------------------------------- histories that must pass

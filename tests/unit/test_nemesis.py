@@ -14,6 +14,7 @@ import trio
 from chaos.checker import UNKNOWN, Judgement, Problem
 from chaos.history import Recorder, fault_windows
 from chaos.nemesis import (
+    PRIVATE_LINK_PORTS,
     CounterTracker,
     Link,
     Nemesis,
@@ -32,10 +33,12 @@ from chaos.runner import (
     exit_code,
     full_judgement,
     harness_problems,
+    make_unsafe,
     recovery_text,
     select,
 )
 from chaos.scenario import FaultSpec, load_scenarios, loads_scenario
+from chaos.stack.layout import SHOP_MAIL_PORT
 from chaos.workload import ClientView, Drain, MessageView
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -77,6 +80,12 @@ def test_per_process_links_and_their_environment():
     assert link_env("postgres", 40002)["LEASEWORK_POSTGRES_DSN"].endswith(
         "@127.0.0.1:40002/leasework"
     )
+    # a worker's calls to the example shop's mail service: a link with no shared proxy
+    assert link_targets([spec("latency", "worker-1/mail", latency=1000)]) == [("worker-1", "mail")]
+    assert link_env("mail", 40003) == {"SHOP_MAIL_URL": "http://127.0.0.1:40003"}
+    assert PRIVATE_LINK_PORTS["mail"] == SHOP_MAIL_PORT
+    with pytest.raises(NemesisError, match="only postgres, redis and mail"):
+        link_env("kafka-1", 40004)
     envs = process_envs(
         [Link("worker-1", "redis", 40001)], fencing=False, unsafe_env={"MODE": "unsafe"}
     )
@@ -85,6 +94,16 @@ def test_per_process_links_and_their_environment():
         "worker-2": {"MODE": "unsafe"},
     }
     assert process_envs([], fencing=True, unsafe_env=UNSAFE_ENV) == {}
+
+
+def test_the_shop_scenario_without_fencing_keeps_the_slow_mail_link():
+    (scenario,) = select(load_scenarios(SCENARIOS), ["b-shop-sigstop"])
+    unsafe = make_unsafe(scenario)
+    assert not unsafe.fencing and unsafe.uses_shop and unsafe.faults == scenario.faults
+    links = [Link(p, proxy, 40005) for p, proxy in link_targets(unsafe.faults)]
+    envs = process_envs(links, fencing=unsafe.fencing, unsafe_env=UNSAFE_ENV)
+    assert envs["worker-1"] == {**UNSAFE_ENV, "SHOP_MAIL_URL": "http://127.0.0.1:40005"}
+    assert envs["worker-2"] == UNSAFE_ENV
 
 
 def test_affected_names_every_process_a_shared_link_carries():

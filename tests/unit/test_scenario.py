@@ -3,12 +3,16 @@ the workload's plan."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from pathlib import Path
 
 import pytest
 
 from chaos.scenario import (
     FAULTS,
+    MIX_KINDS,
+    RECEIPT_JOB_TYPE,
     Expectations,
     Mix,
     ScenarioError,
@@ -270,3 +274,74 @@ def test_the_plan_follows_rate_mix_and_seed():
             assert 0.0 <= p.delay <= workload.delay_seconds and p.job_type == "noop"
     value = plan[0].value()
     assert value["key"] == "run1-000000" and "may_die" in value
+
+
+def test_receipts_are_orders_placed_through_the_shop_under_its_policy():
+    from examples.shop.jobs import app as shop_app
+
+    workload = Workload(rate=10.0, duration=5.0, mix=Mix(noop=0, receipt=1), max_attempts=9)
+    plan = list(plan_submits(workload, seed=2, key_prefix="shop"))
+    assert plan == list(plan_submits(workload, seed=2, key_prefix="shop"))
+    assert len(plan) == 50 and len({p.key for p in plan}) == 50
+    policy = shop_app.get(RECEIPT_JOB_TYPE)
+    assert policy is not None
+    for i, p in enumerate(plan):
+        assert (p.kind, p.job_type, p.via_shop) == ("receipt", "send_receipt", True)
+        assert p.key == f"shop-{i:06d}"
+        assert set(p.payload) == {"email", "amount_cents"}
+        assert "@" in p.payload["email"] and 0 < p.payload["amount_cents"] < 10**9
+        assert (p.delay, p.may_die) == (0.0, False)
+        # the shop's endpoint takes no job options: the history records its policy
+        assert (p.max_attempts, p.timeout_seconds) == (
+            policy.max_attempts,
+            policy.timeout_seconds,
+        )
+    assert len({p.payload["amount_cents"] for p in plan}) > 1
+    assert plan[0].value()["type"] == "send_receipt"
+
+
+def test_a_zero_receipt_weight_leaves_a_plan_unchanged():
+    # the kind drawn for each submit is what a mix of the four older kinds draws: reports of
+    # earlier runs replay with the same seed
+    workload = Workload(rate=10.0, duration=10.0, mix=Mix(noop=1, delayed=2, fail=1, ledger=3))
+    plan = list(plan_submits(workload, seed=9, key_prefix="k"))
+    rng = random.Random(9)
+    older = []
+    for _ in plan:
+        older.append(rng.choices(["noop", "delayed", "fail", "ledger"], [1, 2, 1, 3])[0])
+        if older[-1] == "delayed":
+            rng.uniform(0.0, workload.delay_seconds)
+    assert [p.kind for p in plan] == older
+    assert not any(p.via_shop for p in plan)
+    mixed = dataclasses.replace(workload, mix=Mix(noop=1, delayed=1, fail=1, ledger=1, receipt=1))
+    assert {p.kind for p in plan_submits(mixed, seed=9, key_prefix="k")} == set(MIX_KINDS)
+
+
+def test_a_scenario_with_receipts_uses_the_shop(tmp_path):
+    text = MINIMAL + "[workload.mix]\nreceipt = 1\n"
+    scenario = load_scenario(write(tmp_path, text))
+    assert scenario.workload.mix == Mix(noop=0, receipt=1)
+    assert scenario.uses_shop
+    assert not load_scenario(write(tmp_path, MINIMAL, "plain.toml")).uses_shop
+
+
+def test_the_shop_stalled_worker_scenario():
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "b-shop-sigstop.toml"
+    scenario = load_scenario(path)
+    assert scenario.uses_shop and scenario.fencing
+    assert [(w, kind) for kind, w in scenario.workload.mix.weights() if w] == [(1.0, "receipt")]
+    expect = scenario.expect
+    assert (expect.max_lost, expect.max_doubled, expect.min_redeliveries) == (0, 0, 1)
+    # worker-1's mail calls are slow from before the freeze until after it wakes, so the
+    # freeze lands inside its receipt handlers
+    slow, freeze = scenario.faults
+    assert (slow.fault, slow.target, slow.params) == ("latency", "worker-1/mail", {"latency": 1000})
+    assert (freeze.fault, freeze.target, freeze.duration) == ("sigstop", "worker-1", 25.0)
+    assert slow.at < freeze.at and slow.stop > freeze.stop
+    assert expect.alerts == ("LeaseworkFenceRejections",)
+
+
+def test_only_a_worker_has_a_private_mail_link():
+    assert target_problem("latency", "worker-2/mail") is None
+    for target in ("mail", "api/mail", "relay/mail"):
+        assert "mail service" in str(target_problem("latency", target))

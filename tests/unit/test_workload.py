@@ -197,6 +197,121 @@ async def test_submits_go_out_on_schedule_from_several_clients():
     assert stats.acknowledged == 10 and stats.keys_invoked == 10
 
 
+# ---------------------------------------------------------------- receipts, through the shop
+
+
+def receipt(i: int = 0, **overrides) -> PlannedSubmit:
+    values = dict(
+        kind="receipt",
+        job_type="send_receipt",
+        payload={"email": f"buyer-{i:06d}@shop.test", "amount_cents": 1250},
+        max_attempts=5,
+    )
+    values.update(overrides)
+    return planned(i, **values)
+
+
+class FakeShop:
+    """The shop's ``POST /orders``: 201 for a new key, 200 with replay for a repeated one,
+    or a scripted step; records every request it saw."""
+
+    def __init__(self, script: dict[str, list[object]]) -> None:
+        self.script = {k: list(v) for k, v in script.items()}
+        self.requests: list[tuple[str, str, dict]] = []
+        self.orders: dict[str, int] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers["Idempotency-Key"]
+        body = json.loads(request.content)
+        self.requests.append((request.method, request.url.path, body))
+        step = self.script[key].pop(0) if self.script.get(key) else "ok"
+        if isinstance(step, Exception):
+            raise step
+        if step == "no-job":
+            return httpx.Response(201, json={"order_id": 1, "replay": False})
+        if step == "answer-lost":  # placed, then the answer never came back
+            self.orders.setdefault(key, len(self.orders) + 1)
+            raise httpx.ReadTimeout("lost")
+        if step != "ok":
+            return httpx.Response(int(step), json={"error": "no"})
+        replay = key in self.orders
+        order_id = self.orders.setdefault(key, len(self.orders) + 1)
+        answer = {"order_id": order_id, "receipt_job_id": f"job-{key}", "replay": replay}
+        return httpx.Response(200 if replay else 201, json=answer)
+
+
+async def run_shop_client(shop_script: dict[str, list[object]], plan: list[PlannedSubmit]):
+    """The client with the API and the shop behind one transport, by host."""
+    api, shop = FakeApi({}), FakeShop(shop_script)
+    recorder = Recorder()
+
+    def route(request: httpx.Request) -> httpx.Response:
+        return shop(request) if request.url.host == "shop.test" else api(request)
+
+    client = Client(
+        recorder,
+        plan,
+        base_url="http://api.test",
+        shop_url="http://shop.test",
+        clients=2,
+        submit_timeout=1.0,
+        transport=httpx.MockTransport(route),
+    )
+    stats = await client.run()
+    return api, shop, recorder.ops, stats
+
+
+def test_the_request_body_of_a_receipt_is_the_order():
+    assert request_body(receipt(3)) == {"email": "buyer-000003@shop.test", "amount_cents": 1250}
+
+
+async def test_a_receipt_is_an_order_placed_at_the_shop_under_its_key():
+    plan = [receipt(0), planned(1, at=0.01)]
+    api, shop, ops, stats = await run_shop_client({}, plan)
+    assert shop.requests == [
+        ("POST", "/orders", {"email": "buyer-000000@shop.test", "amount_cents": 1250})
+    ]
+    assert [key for key, _ in api.requests] == ["run-000001"]  # the ledger job: POST /jobs
+    mine = [op for op in ops if op.value.get("key") == "run-000000"]
+    assert [op.type for op in mine] == ["invoke", "ok"]
+    assert mine[0].value["type"] == "send_receipt"
+    # the history's ok names the receipt job, as the checker expects of any submit
+    assert submit_ok_value(mine[0].value, "job-run-000000", "queued").items() <= (
+        mine[1].value.items()
+    )
+    assert (mine[1].value["order_id"], mine[1].value["replay"]) == (1, False)
+    assert stats.acknowledged == 2
+
+
+async def test_an_unknown_order_is_retried_with_its_key_and_body_and_replays():
+    _, shop, ops, _ = await run_shop_client({"run-000000": ["answer-lost"]}, [receipt(0)])
+    assert [op.type for op in ops] == ["invoke", "info", "invoke", "ok"]
+    assert ops[1].error.startswith("ReadTimeout")
+    bodies = [body for _, _, body in shop.requests]
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    # the timed-out attempt had placed the order: the retry finds it (200, replay)
+    assert ops[3].value["job_id"] == "job-run-000000" and ops[3].value["replay"] is True
+
+
+async def test_shop_answers_are_classified_like_the_apis():
+    script = {
+        "run-000000": [422],  # refused as it is: final
+        "run-000001": ["no-job", 503, 500],  # unknown each time, then placed
+    }
+    _, _, ops, stats = await run_shop_client(script, [receipt(0), receipt(1, at=0.01)])
+    first = [op for op in ops if op.value.get("key") == "run-000000"]
+    assert [op.type for op in first] == ["invoke", "fail"]
+    second = [op for op in ops if op.value.get("key") == "run-000001"]
+    assert [op.type for op in second if op.type != "invoke"] == ["info", "info", "info", "ok"]
+    assert second[1].error == "201 without a job id"
+    assert stats.rejected == 1 and stats.acknowledged == 1
+
+
+def test_a_plan_with_receipts_needs_the_shop():
+    with pytest.raises(ValueError, match="shop_url"):
+        Client(Recorder(), [receipt(0)], base_url="http://api.test")
+
+
 # ---------------------------------------------------------------- analyses
 
 
