@@ -85,9 +85,9 @@ fmt: bootstrap
     {{python}} -m ruff format .
     {{python}} -m ruff check --fix .
 
-# submit N noop jobs with 1 and 2 workers; prints submit rate, jobs/s and scheduling delay
-bench jobs="1000": bootstrap
-    {{python}} -m chaos.bench --jobs {{jobs}}
+# the floor, leasework by each door (direct links, then through Toxiproxy), pgbench; writes reports/bench/<time>/ (e.g. `just bench --jobs 5000`, `just bench --help`)
+bench *args: bootstrap
+    {{python}} -m chaos.bench {{args}}
 
 # a real duplicate under a plain TTL lease, and none under the fence (see docs/failure-modes.md)
 demo-fence: bootstrap

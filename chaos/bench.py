@@ -1,141 +1,485 @@
-"""``just bench``: submit N noop jobs and measure the pipeline on the real stack.
+"""``just bench``: the measurement we steer by, on the live stack, in one invocation.
 
-Reports, for 1 and then 2 workers: submit rate, end-to-end jobs per second (first submit to
-last success) and scheduling delay p50/p95/p99 (start minus due time). The 1-worker run is the
-baseline; the 2-worker row also shows its ratio to it, since absolute figures on a shared
-2-core machine say little. It measures; it asserts nothing about speed.
+Rows, in this order (``--rows`` picks some):
+
+* ``floor``: a bare SKIP LOCKED psycopg queue with leasework's durability on the same
+  Postgres (``chaos.bench_floor``), two worker processes;
+* ``single``, ``batch``, ``enqueue``: leasework with its processes pointed straight at
+  Postgres, Redis and Kafka, jobs submitted by ``POST /jobs`` (16 clients), ``POST
+  /jobs/batch`` (100 per request) and ``enqueue_many`` (100 per transaction);
+* ``proxied-batch`` (and ``proxied-single``, ``proxied-enqueue`` on request): the same with
+  the stack's normal links, through Toxiproxy.
+
+For each row: end-to-end jobs/s (first submit to last job finished), its ratio to the
+floor, CPU ms per job per process and peak RSS per process over that window (``/proc``),
+then scheduling delay p50/p99 with jobs paced, open loop, at half that row's rate. Then
+``pgbench`` with the job+outbox insert for the Postgres commit ceiling. Writes
+``reports/bench/<UTC time>/`` bench.json, bench.md and throughput.svg. It measures; it
+asserts nothing about speed.
+
+Run it alone on the machine (it is the load), under the stack's exclusive lock when others
+share the stack. It leaves the four leasework processes restarted with their normal
+environment and deletes its own jobs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import psycopg
-import trio
-from psycopg.rows import dict_row
 
+from chaos import bench_doors as doors
+from chaos import bench_floor as floor
+from chaos import bench_pgbench
+from chaos import bench_proc as procfs
+from chaos import bench_report as report
 from chaos.stack import Stack
-from leasework.client import AsyncClient
+from chaos.stack.errors import StackError
+from chaos.stack.layout import (
+    HOST,
+    KAFKA_DIRECT_BOOTSTRAP,
+    POSTGRES_DIRECT_DSN,
+    REDIS_PORT,
+    default_repo_root,
+)
 
-DIRECT_DSN = "postgresql://leasework:leasework@127.0.0.1:15433/leasework"
 API_URL = "http://127.0.0.1:8080"
-WORKERS = ("worker-1", "worker-2")
+APPS = ("api", "relay", "worker-1", "worker-2")
+REQUIRED = ("postgres", "redis", "toxiproxy", "kafka-1", "kafka-2", "kafka-3", *APPS)
+DIRECT_ENV = {
+    "LEASEWORK_POSTGRES_DSN": POSTGRES_DIRECT_DSN,
+    "LEASEWORK_REDIS_ADDR": f"{HOST}:{REDIS_PORT}",
+    "LEASEWORK_KAFKA_BROKERS": KAFKA_DIRECT_BOOTSTRAP,
+}
+ROWS = ("floor", "single", "batch", "enqueue", "proxied-single", "proxied-batch", "proxied-enqueue")
+DEFAULT_ROWS = "floor,single,batch,enqueue,proxied-batch"
+POLL = 0.25
+BUCKET = 0.5
 
 
-@dataclass(frozen=True)
-class BenchResult:
-    workers: int
-    jobs: int
-    submit_per_second: float
-    end_to_end_per_second: float
-    delay_p50: float
-    delay_p95: float
-    delay_p99: float
+class BenchError(RuntimeError):
+    """A row could not be measured (jobs did not finish, a submit failed)."""
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (q in 0..100)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
+@dataclass
+class Config:
+    rows: list[str]
+    jobs: int = 2000
+    floor_jobs: int = 5000
+    single_concurrency: int = 16
+    batch_size: int = 100
+    batch_concurrency: int = 4
+    enqueue_concurrency: int = 4
+    floor_submitters: int = 16
+    floor_workers: int = 2
+    paced_fraction: float = 0.5
+    paced_seconds: float = 15.0
+    row_timeout: float = 600.0
+    settle: float = 2.0
+    idle_seconds: float = 5.0
+    warmup_timeout: float = 120.0
+    pgbench_seconds: int = 12
+    pgbench_clients: int = 16
+    out: Path = field(default_factory=lambda: default_repo_root() / "reports" / "bench")
+
+    def door(self, row: str) -> doors.Door:
+        kind = row.removeprefix("proxied-")
+        if kind == "single":
+            return doors.Door("single", 1, self.single_concurrency)
+        if kind == "batch":
+            return doors.Door("batch", self.batch_size, self.batch_concurrency)
+        return doors.Door("enqueue", self.batch_size, self.enqueue_concurrency)
 
 
-async def submit_all(jobs: int, tag: str, concurrency: int) -> list[str]:
-    ids: list[str] = []
-    limiter = trio.Semaphore(concurrency)
-    async with AsyncClient(API_URL, timeout=30) as client:
-
-        async def one(n: int) -> None:
-            async with limiter:
-                job = await client.submit(
-                    "noop", {"bench": tag, "n": n}, idempotency_key=f"bench-{tag}-{n}"
-                )
-                ids.append(job["id"])
-
-        async with trio.open_nursery() as nursery:
-            for n in range(jobs):
-                nursery.start_soon(one, n)
-    return ids
+def door_label(door: doors.Door) -> str:
+    if door.name == "single":
+        return f"POST /jobs, {door.concurrency} clients"
+    if door.name == "batch":
+        return f"POST /jobs/batch {door.chunk}/req, {door.concurrency} in flight"
+    return f"enqueue_many {door.chunk}/tx, {door.concurrency} conns"
 
 
-def run(stack: Stack, workers: int, jobs: int, concurrency: int) -> BenchResult:
-    for name in WORKERS[workers:]:
-        stack.stop(name)
-    for name in WORKERS[:workers]:
-        stack.start(name)
-        stack.wait_ready(name, timeout=90)
-    tag = uuid.uuid4().hex[:8]
-    started = time.monotonic()
-    ids = trio.run(submit_all, jobs, tag, concurrency)
-    submitted = time.monotonic()
-    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as db:
-        deadline = time.monotonic() + 600
-        while True:
-            done = db.execute(
-                "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) "
-                "AND status = 'succeeded'",
-                (ids,),
-            ).fetchone()["n"]
-            if done == jobs:
-                break
+class Bench:
+    def __init__(self, stack: Stack, cfg: Config) -> None:
+        self.stack = stack
+        self.cfg = cfg
+        self.run_id = "bench-" + uuid.uuid4().hex[:8]
+        self.since = time.time()
+        self.db = psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True)
+        self.links: str | None = None  # "direct" or "toxiproxy" once the apps are pointed
+
+    # --- stack ---------------------------------------------------------------------------
+    def roots(self) -> dict[str, int | None]:
+        names = [p for p in report.PROCESSES if p != "client"]
+        roots = {name: self.stack.pid(name) for name in names}
+        roots["client"] = os.getpid()
+        return roots
+
+    def point_apps(self, links: str) -> None:
+        """Restart api, relay and the workers with direct links or the stack's own, then warm
+        up until jobs flow through both workers."""
+        if self.links == links:
+            return
+        log(f"restarting {', '.join(APPS)} with {links} links")
+        self.stack.stop_many(APPS)
+        for name in APPS:
+            self.stack.start(name, extra_env=DIRECT_ENV if links == "direct" else None, timeout=90)
+        self.links = links
+        self.warm_up()
+
+    def restore(self) -> None:
+        log(f"restoring {', '.join(APPS)} to their normal environment")
+        self.stack.stop_many(APPS)
+        for name in APPS:
+            self.stack.start(name, timeout=90)
+        self.links = "toxiproxy"
+
+    def warm_up(self) -> None:
+        """Batches of 48 jobs until one finishes within 5 s on both workers (the consumer
+        group has settled), so no row pays for a rebalance."""
+        deadline = time.monotonic() + self.cfg.warmup_timeout
+        door = doors.Door("batch", 48, 1)
+        for round_ in range(1000):
+            tag = f"{self.run_id}-warmup-{round_}"
+            sub = doors.submit(door, url=API_URL, dsn=POSTGRES_DIRECT_DSN, tag=tag, jobs=48)
+            self.wait_done(tag, 48, sub.first, timeout=max(1.0, deadline - time.monotonic()))
+            took = self.last_finished(tag, sub.first) - sub.first
+            workers = self.workers_of(tag, sub.first)
+            if took < 5.0 and (workers is None or workers >= 2):
+                return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"bench: only {done}/{jobs} jobs succeeded within 600 s")
-            time.sleep(0.05)
-        finished = time.monotonic()
-        delays = [
-            r["d"]
-            for r in db.execute(
-                "SELECT extract(epoch FROM started_at - run_at)::float8 AS d FROM jobs "
-                "WHERE id = ANY(%s::uuid[])",
-                (ids,),
-            )
-        ]
-    for name in WORKERS:
-        stack.start(name)
-    return BenchResult(
-        workers=workers,
-        jobs=jobs,
-        submit_per_second=jobs / (submitted - started),
-        end_to_end_per_second=jobs / (finished - started),
-        delay_p50=percentile(delays, 50),
-        delay_p95=percentile(delays, 95),
-        delay_p99=percentile(delays, 99),
-    )
+                raise BenchError(f"warm-up: jobs still slow after {self.cfg.warmup_timeout:.0f} s")
 
+    def workers_of(self, tag: str, since: float) -> int | None:
+        try:
+            row = self.db.execute(
+                "SELECT count(DISTINCT a.worker) FROM attempts a JOIN jobs j ON j.id = a.job_id "
+                f"WHERE {doors.TAGGED.replace('created_at', 'j.created_at')}",
+                {"since": since - 1.0, "tag": tag},
+            ).fetchone()
+        except psycopg.Error:
+            return None  # no attempts table any more: rely on timing alone
+        return int(row[0])
 
-def render(results: list[BenchResult]) -> str:
-    base = results[0]
-    lines = [
-        "| workers | jobs | submit/s | end-to-end jobs/s | e2e vs 1 worker | delay p50 s "
-        "| p95 s | p99 s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.workers} | {r.jobs} | {r.submit_per_second:.0f} | "
-            f"{r.end_to_end_per_second:.0f} | "
-            f"{r.end_to_end_per_second / base.end_to_end_per_second:.2f}x | "
-            f"{r.delay_p50:.3f} | {r.delay_p95:.3f} | {r.delay_p99:.3f} |"
+    # --- waiting -------------------------------------------------------------------------
+    def wait_done(self, tag: str, jobs: int, since: float, timeout: float | None = None) -> None:
+        timeout = self.cfg.row_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            counts = doors.progress(self.db, tag, since)
+            if counts.get("succeeded", 0) >= jobs:
+                return
+            bad = {s: n for s, n in counts.items() if s in ("dead", "cancelled")}
+            if bad or time.monotonic() > deadline:
+                seen = ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "none"
+                why = "some ended" if bad else f"not all succeeded within {timeout:.0f} s"
+                raise BenchError(
+                    f"{tag}: {why} ({counts.get('succeeded', 0)}/{jobs} succeeded; by status: "
+                    f"{seen}); are relay and workers running? `just logs worker-1`, "
+                    "`just logs relay`"
+                )
+            time.sleep(POLL)
+
+    def last_finished(self, tag: str, since: float) -> float:
+        finished, _ = doors.timings(self.db, tag, since)
+        return max(finished)
+
+    def quiet(self) -> None:
+        time.sleep(self.cfg.settle)
+
+    def drop_jobs(self) -> None:
+        deleted = doors.delete_tagged(self.db, self.run_id, self.since)
+        try:
+            self.db.execute("VACUUM (ANALYZE) jobs, outbox")
+        except psycopg.Error as exc:
+            log(f"vacuum skipped: {exc}")
+        if deleted:
+            log(f"deleted {deleted} bench jobs")
+
+    # --- rows ----------------------------------------------------------------------------
+    def leasework_row(self, row: str) -> dict[str, Any]:
+        links = "toxiproxy" if row.startswith("proxied-") else "direct"
+        self.point_apps(links)
+        door = self.cfg.door(row)
+        tag, jobs = f"{self.run_id}-{row}", self.cfg.jobs
+        log(f"{row}: {jobs} jobs, {door_label(door)}, {links} links")
+        window = procfs.Window(self.roots())
+        sub = doors.submit(door, url=API_URL, dsn=POSTGRES_DIRECT_DSN, tag=tag, jobs=jobs)
+        self.wait_done(tag, jobs, sub.first)
+        measured = window.stop(jobs)
+        finished, saturated = doors.timings(self.db, tag, sub.first)
+        result = self._row(row, door_label(door), links, jobs, sub, finished, saturated, measured)
+        self.quiet()
+        rate = self.cfg.paced_fraction * result["e2e_per_s"]
+        n, interval = doors.paced_plan(rate, self.cfg.paced_seconds, door.chunk)
+        log(f"{row}: paced, {n} jobs at {rate:.0f} jobs/s")
+        t0 = time.time() + 0.2
+        ptag = f"{tag}-paced"
+        psub = doors.submit(
+            door,
+            url=API_URL,
+            dsn=POSTGRES_DIRECT_DSN,
+            tag=ptag,
+            jobs=n,
+            due=lambda k: t0 + k * interval,
         )
-    return "\n".join(lines)
+        self.wait_done(ptag, n, psub.first)
+        pfinished, delays = doors.timings(self.db, ptag, psub.first)
+        result["paced"] = _paced(rate, n, interval, psub, pfinished, delays)
+        self.drop_jobs()
+        self.quiet()
+        return result
+
+    def floor_row(self) -> dict[str, Any]:
+        cfg, dsn = self.cfg, POSTGRES_DIRECT_DSN
+        floor.prepare(dsn)
+        tag, jobs = f"{self.run_id}-floor", cfg.floor_jobs
+        label = f"SKIP LOCKED, {cfg.floor_submitters} submitters, {cfg.floor_workers} workers"
+        log(f"floor: {jobs} jobs, {label}")
+        workers = floor.Workers.start(dsn, cfg.floor_workers)
+        try:
+            window = procfs.Window(self.roots())
+            first, last = floor.submit_threads(dsn, jobs, tag, cfg.floor_submitters)
+            self._wait_floor(tag, jobs)
+            measured = window.stop(jobs)
+            finished, saturated = floor.timings(self.db, tag)
+            sub = doors.Submitted(first, last, jobs)
+            result = self._row("floor", label, "direct", jobs, sub, finished, saturated, measured)
+            self.quiet()
+            rate = cfg.paced_fraction * result["e2e_per_s"]
+            n = max(1, round(rate * cfg.paced_seconds))
+            log(f"floor: paced, {n} jobs at {rate:.0f} jobs/s")
+            t0 = time.time() + 0.2
+            ptag = f"{tag}-paced"
+            pfirst, plast = floor.submit_threads(
+                dsn, n, ptag, cfg.floor_submitters, due=lambda i: t0 + i / rate
+            )
+            self._wait_floor(ptag, n)
+            pfinished, delays = floor.timings(self.db, ptag)
+            psub = doors.Submitted(pfirst, plast, n)
+            result["paced"] = _paced(rate, n, 1 / rate, psub, pfinished, delays)
+        finally:
+            result_workers = workers.stop()
+            floor.drop_rows(dsn)
+        result["floor_workers"] = result_workers
+        self.quiet()
+        return result
+
+    def _wait_floor(self, tag: str, jobs: int) -> None:
+        deadline = time.monotonic() + self.cfg.row_timeout
+        while floor.progress(self.db, tag)[0] < jobs:
+            if time.monotonic() > deadline:
+                done, other = floor.progress(self.db, tag)
+                raise BenchError(f"{tag}: {done}/{jobs} floor jobs done ({other} not) in time")
+            time.sleep(POLL)
+
+    def _row(self, name, door, links, jobs, sub, finished, saturated, measured) -> dict[str, Any]:
+        end = max(finished)
+        return {
+            "name": name,
+            "door": door,
+            "links": links,
+            "jobs": jobs,
+            "submit_s": sub.last - sub.first,
+            "submit_per_s": jobs / (sub.last - sub.first) if sub.last > sub.first else None,
+            "e2e_s": end - sub.first,
+            "e2e_per_s": jobs / (end - sub.first),
+            "saturated_delay": report.delay_summary(saturated),
+            "throughput_buckets": report.buckets(finished, sub.first, BUCKET),
+            **measured,
+        }
+
+    def idle(self) -> dict[str, Any]:
+        log(f"idle: {self.cfg.idle_seconds:.0f} s")
+        window = procfs.Window(self.roots())
+        time.sleep(self.cfg.idle_seconds)
+        measured = window.stop(1)
+        per_s = {
+            name: None if ms is None else ms / measured["window_s"]
+            for name, ms in measured["cpu_ms_per_job"].items()
+        }
+        return {
+            "seconds": measured["window_s"],
+            "cpu_ms_per_s": per_s,
+            "machine_busy": measured["machine_busy"],
+            "links": self.links,
+        }
+
+    def pgbench(self) -> dict[str, Any]:
+        tag = f"{self.run_id}-pgbench"
+        log(f"pgbench: {self.cfg.pgbench_clients} clients, {self.cfg.pgbench_seconds} s")
+        self.stack.stop("relay")  # its jobs must not be published; restore() restarts it
+        self.links = None
+        machine = procfs.machine_ticks()
+        try:
+            result = bench_pgbench.run(
+                tag,
+                clients=self.cfg.pgbench_clients,
+                threads=min(self.cfg.pgbench_clients, os.cpu_count() or 1),
+                seconds=self.cfg.pgbench_seconds,
+            )
+        finally:
+            self.drop_jobs()
+        result["machine_busy"] = procfs.busy_fraction(machine, procfs.machine_ticks())
+        return result
+
+
+def _paced(rate, n, interval, sub, finished, delays) -> dict[str, Any]:
+    span = max(finished) - sub.first if finished else 0.0
+    return {
+        "target_per_s": rate,
+        "jobs": n,
+        "interval_s": interval,
+        # n sends over n/chunk intervals: the last one's own interval counts too
+        "achieved_per_s": n / (sub.last - sub.first + interval),
+        "e2e_s": span,
+        "late_sends": sub.late,
+        "delay": report.delay_summary(delays),
+    }
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def git_head() -> str:
+    root = default_repo_root()
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def run(stack: Stack, cfg: Config) -> tuple[dict[str, Any], Path]:
+    started = datetime.now(UTC)
+    bench = Bench(stack, cfg)
+    result: dict[str, Any] = {
+        "started_utc": started.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "git_head": git_head(),
+        "nproc": os.cpu_count(),
+        "clk_tck": procfs.CLK_TCK,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()},
+        "method": report.METHOD,
+        "rows": [],
+        "idle": None,
+        "pgbench": None,
+        "errors": [],
+    }
+    directory = cfg.out / started.strftime("%Y%m%dT%H%M%SZ")
+    try:
+        for row in cfg.rows:
+            if row == "floor":
+                result["rows"].append(bench.floor_row())
+                continue
+            if result["idle"] is None and cfg.idle_seconds > 0 and not row.startswith("proxied-"):
+                bench.point_apps("direct")
+                bench.quiet()
+                result["idle"] = bench.idle()
+            result["rows"].append(bench.leasework_row(row))
+        if cfg.pgbench_seconds > 0:
+            result["pgbench"] = bench.pgbench()
+    except (BenchError, StackError, psycopg.Error, RuntimeError) as exc:
+        result["errors"].append(str(exc))
+        log(f"FAILED: {exc}")
+    except KeyboardInterrupt:
+        result["errors"].append("interrupted")
+        log("interrupted: cleaning up")
+    finally:
+        try:
+            bench.drop_jobs()
+        finally:
+            bench.restore()
+            bench.db.close()
+    finish(result)
+    write(result, directory)
+    return result, directory
+
+
+def finish(result: dict[str, Any]) -> None:
+    floors = [r for r in result["rows"] if r["name"] == "floor"]
+    base = floors[0]["e2e_per_s"] if floors else None
+    result["floor_e2e_per_s"] = base
+    for r in result["rows"]:
+        r["vs_floor"] = report.ratio(r["e2e_per_s"], base)
+
+
+def write(result: dict[str, Any], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "bench.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (directory / "bench.md").write_text(report.render_markdown(result))
+    series = {r["name"]: r["throughput_buckets"] for r in result["rows"]}
+    (directory / "throughput.svg").write_text(report.render_svg(series, width_s=BUCKET))
+
+
+def check_stack(stack: Stack) -> list[str]:
+    return [name for name in REQUIRED if not stack.is_ready(name)]
+
+
+def parse_args(argv: list[str] | None) -> Config:
+    p = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma list of: {', '.join(ROWS)}")
+    p.add_argument("--jobs", type=int, default=2000, help="jobs per leasework row")
+    p.add_argument("--floor-jobs", type=int, default=5000, help="jobs in the floor row")
+    p.add_argument("--single-concurrency", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=100, help="jobs per batch request or tx")
+    p.add_argument("--batch-concurrency", type=int, default=4)
+    p.add_argument("--enqueue-concurrency", type=int, default=4)
+    p.add_argument("--floor-submitters", type=int, default=16)
+    p.add_argument("--floor-workers", type=int, default=2)
+    p.add_argument("--paced-fraction", type=float, default=0.5, help="of the row's e2e rate")
+    p.add_argument("--paced-seconds", type=float, default=15.0)
+    p.add_argument("--row-timeout", type=float, default=600.0, help="seconds per phase")
+    p.add_argument("--idle-seconds", type=float, default=5.0, help="0: no idle baseline")
+    p.add_argument("--pgbench-seconds", type=int, default=12, help="0: no pgbench")
+    p.add_argument("--pgbench-clients", type=int, default=16)
+    p.add_argument("--out", type=Path, default=default_repo_root() / "reports" / "bench")
+    a = p.parse_args(argv)
+    rows = [r.strip() for r in a.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown or not rows:
+        p.error(f"--rows: unknown {', '.join(unknown) or '(none given)'}; use {', '.join(ROWS)}")
+    if min(a.jobs, a.floor_jobs, a.batch_size) < 1 or not 0 < a.paced_fraction <= 1:
+        p.error("--jobs, --floor-jobs, --batch-size must be >= 1; --paced-fraction in (0, 1]")
+    values = {k: v for k, v in vars(a).items() if k != "rows"}
+    return Config(rows=rows, **values)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench", description=__doc__)
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=16, help="concurrent submitters")
-    args = parser.parse_args(argv)
+    cfg = parse_args(argv)
     stack = Stack.from_env()
-    stack.up(apps=True)
-    results = [run(stack, w, args.jobs, args.concurrency) for w in (1, 2)]
-    print(render(results))
-    return 0
+    missing = check_stack(stack)
+    if missing:
+        log(
+            f"the stack is not up: {', '.join(missing)} not ready. Start it with `just up` "
+            "(`just status` shows what runs)."
+        )
+        return 2
+    result, directory = run(stack, cfg)
+    print(report.render_markdown(result).split("\n## Throughput over time")[0])
+    print(f"\nreport: {directory}/bench.md")
+    return 1 if result["errors"] else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,198 @@
+"""The three doors a bench row submits leasework jobs through, closed loop (as fast as the
+door takes them) or paced (open loop at a given rate), and the ``jobs`` table queries that
+time them.
+
+* ``single``: ``POST /jobs``, one job per request (``leasework.AsyncClient.submit``);
+* ``batch``: ``POST /jobs/batch``, ``chunk`` jobs per request (``AsyncClient.submit_many``);
+* ``enqueue``: ``leasework.enqueue_many`` in the caller's transaction, ``chunk`` jobs per
+  transaction, on connections of the bench's own to the direct DSN.
+
+Every job is the demo app's ``noop`` with payload ``{"bench": tag, "n": i}``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+import trio
+
+import leasework
+from leasework.client import AsyncClient
+
+DOORS = ("single", "batch", "enqueue")
+
+
+@dataclass(frozen=True)
+class Door:
+    name: str
+    chunk: int  # jobs per request / transaction
+    concurrency: int  # requests or transactions in flight
+
+
+@dataclass(frozen=True)
+class Submitted:
+    first: float  # time.time() just before the first send
+    last: float  # time.time() when the last send returned
+    jobs: int
+    late: int = 0  # paced sends that went out more than 50 ms after their due time
+
+
+def chunks(jobs: int, size: int) -> list[range]:
+    """Job indices 0..jobs-1 cut into consecutive ranges of ``size`` (the last shorter)."""
+    return [range(i, min(i + size, jobs)) for i in range(0, jobs, size)]
+
+
+def paced_plan(rate: float, seconds: float, chunk: int) -> tuple[int, float]:
+    """(jobs, interval between chunks) to submit ``rate`` jobs/s for ``seconds`` in chunks
+    of ``chunk`` jobs: at least one chunk, whole chunks only."""
+    if rate <= 0:
+        raise ValueError("paced rate must be positive")
+    count = max(1, math.ceil(rate * seconds / chunk))
+    return count * chunk, chunk / rate
+
+
+def _payload(tag: str, i: int) -> dict:
+    return {"bench": tag, "n": i}
+
+
+async def _http(
+    door: Door,
+    url: str,
+    tag: str,
+    jobs: int,
+    due: Callable[[int], float] | None,
+) -> Submitted:
+    parts = chunks(jobs, door.chunk)
+    late = 0
+    ends: list[float] = []
+    async with AsyncClient(url, timeout=120) as client:
+
+        async def send(part: range) -> None:
+            if door.name == "single":
+                (i,) = part
+                await client.submit("noop", _payload(tag, i))
+            else:
+                await client.submit_many(
+                    [{"type": "noop", "payload": _payload(tag, i)} for i in part]
+                )
+
+        async def lane(k: int) -> None:
+            nonlocal late
+            for index in range(k, len(parts), door.concurrency):
+                if due is not None:
+                    wait = due(index) - time.time()
+                    if wait > 0:
+                        await trio.sleep(wait)
+                    elif wait < -0.05:
+                        late += 1
+                await send(parts[index])
+            ends.append(time.time())
+
+        first = time.time()
+        async with trio.open_nursery() as nursery:
+            for k in range(min(door.concurrency, len(parts))):
+                nursery.start_soon(lane, k)
+    return Submitted(first, max(ends, default=first), jobs, late)
+
+
+def _enqueue(
+    door: Door, dsn: str, tag: str, jobs: int, due: Callable[[int], float] | None
+) -> Submitted:
+    parts = chunks(jobs, door.chunk)
+    lanes = min(door.concurrency, len(parts))
+    conns = [psycopg.connect(dsn) for _ in range(lanes)]
+    errors: list[BaseException] = []
+    ends: list[float] = []
+    late = [0]
+
+    def lane(k: int, conn: psycopg.Connection) -> None:
+        try:
+            for index in range(k, len(parts), lanes):
+                if due is not None:
+                    wait = due(index) - time.time()
+                    if wait > 0:
+                        time.sleep(wait)
+                    elif wait < -0.05:
+                        late[0] += 1
+                with conn.transaction():
+                    leasework.enqueue_many(
+                        conn, [leasework.job("noop", _payload(tag, i)) for i in parts[index]]
+                    )
+            ends.append(time.time())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lane, args=(k, c), daemon=True) for k, c in enumerate(conns)]
+    first = time.time()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for c in conns:
+            c.close()
+    if errors:
+        raise RuntimeError(f"enqueue_many failed: {errors[0]!r}") from errors[0]
+    return Submitted(first, max(ends, default=first), jobs, late[0])
+
+
+def submit(
+    door: Door,
+    *,
+    url: str,
+    dsn: str,
+    tag: str,
+    jobs: int,
+    due: Callable[[int], float] | None = None,
+) -> Submitted:
+    """Submit ``jobs`` noop jobs tagged ``tag`` through ``door``; ``due`` (chunk index ->
+    time.time() to send it at) paces it, open loop."""
+    if door.name == "enqueue":
+        return _enqueue(door, dsn, tag, jobs, due)
+    if door.name in ("single", "batch"):
+        if door.name == "single" and door.chunk != 1:
+            door = Door(door.name, 1, door.concurrency)
+        return trio.run(_http, door, url, tag, jobs, due)
+    raise ValueError(f"unknown door {door.name!r}; known: {', '.join(DOORS)}")
+
+
+# --- the jobs table ------------------------------------------------------------------------
+TAGGED = "created_at >= to_timestamp(%(since)s) AND payload->>'bench' = %(tag)s"
+
+
+def progress(conn: psycopg.Connection, tag: str, since: float) -> dict[str, int]:
+    """Job count per status among ``tag``'s jobs created since ``since`` (epoch seconds;
+    the created_at index keeps this a short range scan)."""
+    rows = conn.execute(
+        f"SELECT status, count(*) FROM jobs WHERE {TAGGED} GROUP BY status",
+        {"since": since - 1.0, "tag": tag},
+    ).fetchall()
+    return {status: int(n) for status, n in rows}
+
+
+def timings(conn: psycopg.Connection, tag: str, since: float) -> tuple[list[float], list[float]]:
+    """(finished_at as epoch seconds, started_at - run_at in seconds) of ``tag``'s succeeded
+    jobs."""
+    rows = conn.execute(
+        "SELECT extract(epoch FROM finished_at)::float8, "
+        f"extract(epoch FROM started_at - run_at)::float8 FROM jobs WHERE {TAGGED} "
+        "AND status = 'succeeded'",
+        {"since": since - 1.0, "tag": tag},
+    ).fetchall()
+    return [r[0] for r in rows], [r[1] for r in rows]
+
+
+def delete_tagged(conn: psycopg.Connection, prefix: str, since: float) -> int:
+    """Delete the jobs whose tag starts with ``prefix`` (their outbox rows, attempts and
+    effects go with them: ON DELETE CASCADE)."""
+    cur = conn.execute(
+        "DELETE FROM jobs WHERE created_at >= to_timestamp(%s) AND payload->>'bench' LIKE %s",
+        (since - 1.0, prefix.replace("%", r"\%").replace("_", r"\_") + "%"),
+    )
+    return cur.rowcount

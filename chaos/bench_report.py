@@ -1,0 +1,335 @@
+"""The bench's figures and reports: percentiles, throughput buckets, the Markdown tables,
+the throughput-over-time SVG (hand-written), all pure functions of the result dict that
+``chaos.bench`` also writes as ``bench.json``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+# process columns, in the order the tables show them
+PROCESSES = (
+    "api",
+    "relay",
+    "worker-1",
+    "worker-2",
+    "postgres",
+    "redis",
+    "kafka-1",
+    "kafka-2",
+    "kafka-3",
+    "toxiproxy",
+    "prometheus",
+    "shop",
+    "client",
+)
+METHOD = [
+    "one invocation on the live stack; rows run one after another, nothing else runs meanwhile",
+    "e2e jobs/s = jobs / (first submit to the last job's finished_at), from the direct DSN",
+    "submit/s = jobs / (first submit to the last submit answered)",
+    "leasework rows `single`, `batch`, `enqueue`: api, relay and workers restarted with "
+    "LEASEWORK_POSTGRES_DSN, LEASEWORK_REDIS_ADDR, LEASEWORK_KAFKA_BROKERS pointing straight "
+    "at Postgres (15433), Redis (16380) and the brokers' BROKER listeners; `proxied-*` rows "
+    "with the stack's normal links through Toxiproxy (no toxics)",
+    "before the leasework rows, batches of 48 jobs until one finishes within 5 s on both "
+    "workers (the consumer group has settled)",
+    "floor: bench_floor_jobs, one autocommit INSERT per job, workers loop over a claim "
+    "transaction (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1; UPDATE running; COMMIT) and a done "
+    "transaction; an empty queue is polled every 5 ms",
+    "scheduling delay = started_at - run_at, measured only over jobs paced open loop at "
+    "`paced_fraction` of the row's e2e rate for `paced_seconds` (batch doors: one chunk per "
+    "interval, so a chunk's jobs share one run_at)",
+    "CPU and peak RSS cover the throughput window only (not the paced phase)",
+    "machine busy = non-idle, non-iowait share of all CPUs from /proc/stat over the window",
+    "the bench's jobs are deleted by tag afterwards (VACUUM ANALYZE jobs, outbox after each "
+    "row); the floor table is truncated",
+]
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) of ``values``; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = math.ceil(q / 100 * len(ordered))
+    return ordered[min(len(ordered), max(1, rank)) - 1]
+
+
+def delay_summary(delays: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p90/p99/max of scheduling delays, in milliseconds."""
+
+    def ms(v: float | None) -> float | None:
+        return None if v is None else v * 1000.0
+
+    return {
+        "jobs": len(delays),
+        "p50_ms": ms(percentile(delays, 50)),
+        "p90_ms": ms(percentile(delays, 90)),
+        "p99_ms": ms(percentile(delays, 99)),
+        "max_ms": ms(max(delays) if delays else None),
+    }
+
+
+def buckets(times: Sequence[float], start: float, width: float = 0.5) -> list[int]:
+    """Counts of ``times`` per ``width``-second bucket from ``start`` (earlier times go into
+    the first bucket)."""
+    if not times:
+        return []
+    counts = [0] * (int(max(0.0, max(times) - start) // width) + 1)
+    for t in times:
+        counts[int(max(0.0, t - start) // width)] += 1
+    return counts
+
+
+def ratio(value: float | None, floor: float | None) -> float | None:
+    if value is None or not floor:
+        return None
+    return value / floor
+
+
+# --- markdown -------------------------------------------------------------------------------
+def fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> list[str]:
+    align = align or "l" + "r" * (len(headers) - 1)
+    marks = {"l": ":---", "r": "---:"}
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(marks[a] for a in align) + "|",
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+    ]
+
+
+def main_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    headers = [
+        "row",
+        "door",
+        "links",
+        "jobs",
+        "submit/s",
+        "e2e jobs/s",
+        "vs floor",
+        "paced at jobs/s",
+        "delay p50 ms",
+        "p99 ms",
+        "CPU ms/job",
+        "machine busy",
+    ]
+    body = []
+    for r in rows:
+        d = r.get("paced") or {}
+        delay = d.get("delay") or {}
+        busy = r.get("machine_busy")
+        body.append(
+            [
+                r["name"],
+                r["door"],
+                r["links"],
+                fmt(r["jobs"]),
+                fmt(r.get("submit_per_s")),
+                fmt(r.get("e2e_per_s")),
+                "–" if r.get("vs_floor") is None else f"{r['vs_floor']:.2f}x",
+                fmt(d.get("achieved_per_s")),
+                fmt(delay.get("p50_ms"), 1),
+                fmt(delay.get("p99_ms"), 1),
+                fmt((r.get("cpu_ms_per_job") or {}).get("total"), 2),
+                "–" if busy is None else f"{busy * 100:.0f}%",
+            ]
+        )
+    return table(headers, body)
+
+
+def _present(rows: Sequence[Mapping[str, Any]], key: str) -> list[str]:
+    seen = {p for r in rows for p, v in (r.get(key) or {}).items() if v is not None}
+    return [p for p in PROCESSES if p in seen]
+
+
+def cpu_table(rows: Sequence[Mapping[str, Any]], idle: Mapping[str, Any] | None) -> list[str]:
+    procs = _present(
+        [*rows, {"cpu_ms_per_job": (idle or {}).get("cpu_ms_per_s")}], "cpu_ms_per_job"
+    )
+    headers = ["row", *procs, "total"]
+    body = [
+        [
+            r["name"],
+            *(fmt(r["cpu_ms_per_job"].get(p), 2) for p in procs),
+            fmt(r["cpu_ms_per_job"].get("total"), 2),
+        ]
+        for r in rows
+    ]
+    if idle and idle.get("cpu_ms_per_s"):
+        per_s = idle["cpu_ms_per_s"]
+        body.append(
+            [
+                f"idle, ms per s ({idle['seconds']:.0f} s)",
+                *(fmt(per_s.get(p), 1) for p in procs),
+                fmt(per_s.get("total"), 1),
+            ]
+        )
+    return table(headers, body)
+
+
+def rss_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    procs = [
+        p for p in PROCESSES if any((r.get("rss_mib") or {}).get(p, {}).get("max") for r in rows)
+    ]
+    headers = ["row", *procs]
+    body = []
+    for r in rows:
+        rss = r.get("rss_mib") or {}
+        body.append([r["name"], *(fmt((rss.get(p) or {}).get("max"), 0) for p in procs)])
+    return table(headers, body)
+
+
+def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg") -> str:
+    rows = result["rows"]
+    floor = result.get("floor_e2e_per_s")
+    lines = [
+        f"# just bench, {result['started_utc']}",
+        "",
+        f"git {result['git_head']} on {result['nproc']} CPUs; "
+        f"floor {fmt(floor)} jobs/s end to end.",
+        "",
+        *(f"**error:** {e}" for e in result.get("errors", [])),
+        *([""] if result.get("errors") else []),
+        *main_table(rows),
+        "",
+        "## CPU milliseconds per job, per process",
+        "",
+        "Over each row's throughput window (first submit to last job finished), from "
+        "`/proc/PID/stat` utime+stime (+ reaped children) of each process tree; `postgres` is "
+        "the postmaster and all its children, `client` is this bench process with its floor "
+        "workers. Idle background (last line, ms of CPU per second) is inside every row.",
+        "",
+        *cpu_table(rows, result.get("idle")),
+        "",
+        "## Peak RSS per process, MiB",
+        "",
+        "VmHWM after `echo 5 > /proc/PID/clear_refs` at the row's start; for `postgres` the "
+        "largest of its processes (their sum counts shared buffers once per backend, see "
+        "bench.json).",
+        "",
+        *rss_table(rows),
+        "",
+    ]
+    pg = result.get("pgbench")
+    if pg:
+        if pg.get("tps") is not None:
+            lines += [
+                "## Postgres commit ceiling (pgbench)",
+                "",
+                f"`pgbench -c {pg['clients']} -j {pg['threads']} -T {pg['seconds']} -M "
+                f"{pg['protocol']}` on the direct port, one `leasework_jobs_insert` of a due "
+                f"noop job per transaction (a jobs row, an outbox row, the NOTIFY), relay "
+                f"stopped: **{fmt(pg['tps'])} tps**, "
+                f"latency average {fmt(pg.get('latency_ms'), 2)} ms.",
+                "",
+            ]
+        else:
+            lines += [
+                "## Postgres commit ceiling (pgbench)",
+                "",
+                f"not measured: {pg.get('error')}",
+                "",
+            ]
+    lines += [
+        "## Throughput over time",
+        "",
+        f"![jobs finished per 0.5 s]({svg_name})",
+        "",
+        "## How it was measured",
+        "",
+        *(f"- {line}" for line in result.get("method", [])),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- svg --------------------------------------------------------------------------------------
+def nice_step(span: float, ticks: int) -> float:
+    raw = span / max(1, ticks)
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    for factor in (1, 2, 5, 10):
+        if raw <= factor * magnitude:
+            return factor * magnitude
+    return 10 * magnitude
+
+
+def render_svg(
+    series: Mapping[str, Sequence[int]],
+    *,
+    width_s: float = 0.5,
+    title: str = "jobs finished per second (0.5 s buckets), from each row's first submit",
+    width: int = 900,
+    height: int = 360,
+) -> str:
+    """One polyline per row: jobs finished per second in ``width_s`` buckets against seconds
+    since the row's first submit."""
+    left, right, top, bottom = 64, 170, 30, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    rates = {name: [c / width_s for c in counts] for name, counts in series.items()}
+    horizon = max([width_s, *(len(c) * width_s for c in rates.values())])
+    peak = max([1.0, *(v for c in rates.values() for v in c)])
+    y_step = nice_step(peak, 5)
+    y_max = math.ceil(peak / y_step) * y_step
+    x_step = nice_step(horizon, 8)
+
+    def x(t: float) -> float:
+        return left + plot_w * t / horizon
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - v / y_max)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>',
+    ]
+    tick = 0.0
+    while tick <= y_max + 1e-9:
+        out.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
+            'stroke="#ddd"/>'
+        )
+        out.append(f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
+        tick += y_step
+    tick = 0.0
+    while tick <= horizon + 1e-9:
+        out.append(
+            f'<text x="{x(tick):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{tick:g}</text>'
+        )
+        tick += x_step
+    out.append(
+        f'<text x="{left + plot_w / 2}" y="{height - 6}" text-anchor="middle">seconds</text>'
+    )
+    out.append(
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>'
+    )
+    for i, (name, values) in enumerate(rates.items()):
+        colour = COLOURS[i % len(COLOURS)]
+        points = " ".join(f"{x((j + 0.5) * width_s):.1f},{y(v):.1f}" for j, v in enumerate(values))
+        if points:
+            out.append(
+                f'<polyline class="row" fill="none" stroke="{colour}" stroke-width="1.5" '
+                f'points="{points}"/>'
+            )
+        ly = top + 14 + 16 * i
+        out.append(
+            f'<line x1="{left + plot_w + 12}" x2="{left + plot_w + 32}" y1="{ly - 4}" '
+            f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>'
+        )
+        out.append(f'<text x="{left + plot_w + 36}" y="{ly}">{escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

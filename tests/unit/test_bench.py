@@ -1,0 +1,305 @@
+"""The bench's pure pieces: percentiles, /proc parsing and CPU accounting, the paced plan,
+pgbench's summary, the Markdown report and the SVG plot."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from chaos import bench, bench_doors, bench_pgbench
+from chaos import bench_proc as procfs
+from chaos import bench_report as report
+
+# --- percentiles, buckets -------------------------------------------------------------------
+
+
+def test_percentile_is_nearest_rank():
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert report.percentile(values, 50) == 50
+    assert report.percentile(values, 99) == 99
+    assert report.percentile(values, 100) == 100
+    assert report.percentile(values, 0) == 1
+    assert report.percentile([3.0, 1.0, 2.0], 50) == 2
+    assert report.percentile([7.0], 99) == 7
+    assert report.percentile([], 50) is None
+
+
+def test_delay_summary_is_in_milliseconds():
+    summary = report.delay_summary([0.001] * 98 + [0.5, 2.0])
+    assert summary["jobs"] == 100
+    assert summary["p50_ms"] == pytest.approx(1.0)
+    assert summary["p99_ms"] == pytest.approx(500.0)
+    assert summary["max_ms"] == pytest.approx(2000.0)
+    assert report.delay_summary([])["p99_ms"] is None
+
+
+def test_buckets_count_per_half_second_from_start():
+    assert report.buckets([100.1, 100.2, 100.6, 101.9], 100.0, 0.5) == [2, 1, 0, 1]
+    assert report.buckets([99.0], 100.0, 0.5) == [1]  # before start: first bucket
+    assert report.buckets([], 100.0) == []
+
+
+def test_ratio():
+    assert report.ratio(500.0, 2000.0) == 0.25
+    assert report.ratio(500.0, None) is None
+    assert report.ratio(None, 2000.0) is None
+
+
+# --- /proc ------------------------------------------------------------------------------------
+
+STAT = (
+    "4989 (postgres) S 1 4989 4989 0 -1 4194560 12345 678 0 0 "
+    "1500 700 30 20 20 0 1 0 12345 200000000 8000 18446744073709551615"
+)
+
+
+def test_parse_stat_fields():
+    s = procfs.parse_stat(STAT)
+    assert (s.pid, s.ppid, s.utime, s.stime, s.cutime, s.cstime) == (4989, 1, 1500, 700, 30, 20)
+    assert s.ticks == 2250
+
+
+def test_parse_stat_survives_parentheses_and_spaces_in_comm():
+    text = STAT.replace("(postgres)", "(we (ird) name))")
+    s = procfs.parse_stat(text)
+    assert (s.pid, s.ppid, s.utime) == (4989, 1, 1500)
+
+
+def test_parse_vmhwm():
+    status = "Name:\tjava\nVmPeak:\t 900000 kB\nVmHWM:\t  517272 kB\nVmRSS:\t 500000 kB\n"
+    assert procfs.parse_vmhwm_kib(status) == 517272
+    assert procfs.parse_vmhwm_kib("Name:\tkthreadd\nState:\tS\n") is None
+
+
+def test_parse_machine_ticks_and_busy_fraction():
+    start = procfs.parse_machine_ticks("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")
+    assert start == (150, 1000)
+    end = procfs.parse_machine_ticks("cpu  200 0 100 850 50 0 0 0 0 0\n")
+    assert procfs.busy_fraction(start, end) == pytest.approx(150 / 200)
+    assert procfs.busy_fraction(start, start) is None
+
+
+def _stat(pid, ppid, utime, stime=0, cutime=0, cstime=0):
+    return procfs.Stat(pid, ppid, utime, stime, cutime, cstime)
+
+
+def test_descendants_stop_at_other_roots():
+    parents = {10: 1, 11: 10, 12: 11, 20: 10, 21: 20, 30: 1}
+    assert procfs.descendants(10, parents) == [10, 11, 12, 20, 21]
+    # 20 is another tree's root (a leasework process the bench spawned): not the bench's
+    assert procfs.descendants(10, parents, stop={20, 30}) == [10, 11, 12]
+    assert procfs.descendants(20, parents, stop={10, 20}) == [20, 21]
+
+
+def test_tree_ticks_sums_members_and_reaped_children():
+    stats = {
+        1: _stat(1, 0, 5),
+        100: _stat(100, 1, 10, 5, cutime=40, cstime=10),  # postmaster, reaped backends
+        101: _stat(101, 100, 7, 3),  # a live backend
+        102: _stat(102, 100, 1, 1),
+        200: _stat(200, 1, 99),  # another process
+    }
+    assert procfs.tree_ticks(100, stats) == 65 + 10 + 2
+    assert procfs.tree_ticks(999, stats) is None
+
+
+def test_a_child_reaped_inside_the_window_is_counted_once():
+    before = {100: _stat(100, 1, 10), 101: _stat(101, 100, 30)}
+    # the child used 20 more ticks, exited, and its 50 moved into the parent's cutime
+    after = {100: _stat(100, 1, 12, cutime=50)}
+    start = procfs.tree_ticks(100, before)
+    end = procfs.tree_ticks(100, after)
+    assert end - start == 2 + 20
+
+
+def test_cpu_ms_per_job():
+    tck = procfs.CLK_TCK
+    start = {"api": 0, "postgres": 100, "gone": 5, "new": None}
+    end = {"api": tck, "postgres": 100 + 2 * tck, "gone": None, "new": 7}
+    out = procfs.cpu_ms_per_job(start, end, jobs=1000)
+    assert out["api"] == pytest.approx(1.0)  # 1 s of CPU over 1000 jobs
+    assert out["postgres"] == pytest.approx(2.0)
+    assert out["gone"] is None and out["new"] is None
+    assert out["total"] == pytest.approx(3.0)
+
+
+def test_cpu_of_a_restarted_process_is_not_a_negative_number():
+    out = procfs.cpu_ms_per_job({"api": 500}, {"api": 3}, jobs=10)
+    assert out["api"] is None
+    assert out["total"] == 0
+
+
+def test_peak_rss_max_and_sum_per_tree():
+    members = {"postgres": [100, 101, 102], "redis": [300], "shop": []}
+    peaks = {100: 40 * 1024, 101: 20 * 1024, 300: 12 * 1024}  # 102 exited meanwhile
+    out = procfs.peak_rss_mib(members, peaks)
+    assert out["postgres"] == {"max": 40.0, "sum": 60.0, "processes": 2}
+    assert out["redis"]["max"] == 12.0
+    assert out["shop"] == {"max": None, "sum": None, "processes": 0}
+
+
+# --- doors, pgbench -----------------------------------------------------------------------------
+
+
+def test_chunks_and_paced_plan():
+    assert bench_doors.chunks(250, 100) == [range(0, 100), range(100, 200), range(200, 250)]
+    assert bench_doors.chunks(3, 1) == [range(0, 1), range(1, 2), range(2, 3)]
+    jobs, interval = bench_doors.paced_plan(rate=60.0, seconds=15.0, chunk=100)
+    assert (jobs, interval) == (900, pytest.approx(100 / 60))
+    assert bench_doors.paced_plan(rate=10.0, seconds=1.0, chunk=100)[0] == 100  # at least one
+    assert bench_doors.paced_plan(rate=800.0, seconds=15.0, chunk=1) == (12000, 1 / 800)
+    with pytest.raises(ValueError):
+        bench_doors.paced_plan(rate=0.0, seconds=15.0, chunk=1)
+
+
+PGBENCH_OUT = """pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: /tmp/x/insert.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 16
+number of threads: 2
+maximum number of tries: 1
+duration: 12 s
+number of transactions actually processed: 43200
+number of failed transactions: 0 (0.000%)
+latency average = 4.446 ms
+initial connection time = 21.331 ms
+tps = 3598.714220 (without initial connection time)
+"""
+
+
+def test_parse_pgbench_output():
+    assert bench_pgbench.parse_output(PGBENCH_OUT) == {
+        "tps": pytest.approx(3598.714220),
+        "latency_ms": pytest.approx(4.446),
+        "failed": 0,
+    }
+    assert bench_pgbench.parse_output("garbage")["tps"] is None
+
+
+def test_pgbench_script_inserts_one_tagged_noop():
+    script = bench_pgbench.SCRIPT.format(tag="bench-1234-pgbench")
+    assert "leasework_jobs_insert(jsonb_build_array(" in script
+    assert "gen_random_uuid()::text" in script and "'noop'" in script
+    assert "'bench-1234-pgbench'" in script
+
+
+# --- command line, ratios -----------------------------------------------------------------------
+
+
+def test_parse_args_defaults_and_validation():
+    cfg = bench.parse_args([])
+    assert cfg.rows == ["floor", "single", "batch", "enqueue", "proxied-batch"]
+    assert (cfg.jobs, cfg.floor_jobs, cfg.single_concurrency, cfg.batch_size) == (
+        2000,
+        5000,
+        16,
+        100,
+    )
+    assert cfg.door("proxied-batch") == bench_doors.Door("batch", 100, 4)
+    assert cfg.door("single") == bench_doors.Door("single", 1, 16)
+    assert bench.parse_args(["--rows", "floor,enqueue", "--jobs", "300"]).rows == [
+        "floor",
+        "enqueue",
+    ]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--rows", "floor,nonsense"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--paced-fraction", "0"])
+
+
+def _row(name, e2e, **extra):
+    return {
+        "name": name,
+        "door": f"{name} door",
+        "links": "direct",
+        "jobs": 2000,
+        "submit_per_s": 150.0,
+        "e2e_per_s": e2e,
+        "cpu_ms_per_job": {"api": 1.5, "postgres": 2.0, "client": 0.5, "total": 4.0},
+        "machine_busy": 0.97,
+        "rss_mib": {"api": {"max": 83.0, "sum": 83.0, "processes": 1}},
+        "throughput_buckets": [10, 60, 62, 30],
+        "paced": {"achieved_per_s": 62.0, "delay": {"p50_ms": 12.25, "p99_ms": 250.0}},
+        **extra,
+    }
+
+
+def _result(rows, **extra):
+    result = {
+        "started_utc": "2026-12-01 09:00:00 UTC",
+        "git_head": "abc123",
+        "nproc": 2,
+        "rows": rows,
+        "idle": {"seconds": 5.0, "cpu_ms_per_s": {"api": 1.0, "total": 30.0}},
+        "pgbench": {
+            "clients": 16,
+            "threads": 2,
+            "seconds": 12,
+            "protocol": "prepared",
+            "tps": 3598.7,
+            "latency_ms": 4.45,
+        },
+        "method": ["one invocation"],
+        "errors": [],
+        **extra,
+    }
+    bench.finish(result)
+    return result
+
+
+def test_finish_puts_every_row_against_the_floor():
+    result = _result([_row("floor", 1800.0), _row("single", 126.0)])
+    assert result["floor_e2e_per_s"] == 1800.0
+    assert [r["vs_floor"] for r in result["rows"]] == [1.0, pytest.approx(0.07)]
+    no_floor = _result([_row("single", 126.0)])
+    assert no_floor["rows"][0]["vs_floor"] is None
+
+
+def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
+    md = report.render_markdown(_result([_row("floor", 1800.0), _row("single", 126.0)]))
+    assert "| single | single door | direct | 2000 | 150 | 126 | 0.07x | 62 | 12.2 | 250.0 |" in md
+    assert "| floor | floor door | direct | 2000 | 150 | 1,800 | 1.00x |" in md
+    assert "## CPU milliseconds per job, per process" in md
+    assert "| row | api | postgres | client | total |" in md
+    assert "| single | 1.50 | 2.00 | 0.50 | 4.00 |" in md
+    assert "| idle, ms per s (5 s) | 1.0 | – | – | 30.0 |" in md
+    assert "| row | api |" in md and "| floor | 83 |" in md
+    assert "**3,599 tps**" in md
+    assert "![jobs finished per 0.5 s](throughput.svg)" in md
+    assert "- one invocation" in md
+
+
+def test_markdown_shows_errors_and_missing_figures():
+    row = _row("single", 126.0, paced=None, machine_busy=None)
+    result = _result([row], errors=["single: not all succeeded"])
+    result["pgbench"] = {"tps": None, "error": "pgbench not found"}
+    md = report.render_markdown(result)
+    assert "**error:** single: not all succeeded" in md
+    assert "| single | single door | direct | 2000 | 150 | 126 | – | – | – | – | 4.00 | – |" in md
+    assert "not measured: pgbench not found" in md
+
+
+def test_svg_is_well_formed_with_one_line_per_row():
+    svg = report.render_svg({"floor": [900, 950, 10], "single": [60, 62, 63, 61], "empty": []})
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = [p for p in root.iter(f"{ns}polyline") if p.get("class") == "row"]
+    assert len(lines) == 2
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    assert {"floor", "single", "empty", "seconds"} <= set(texts)
+    # the floor's 950 jobs per 0.5 s is 1,900 jobs/s: the y axis reaches it
+    assert max(float(t) for t in texts if t and t.replace(".", "").isdigit()) >= 1900
+
+
+def test_svg_escapes_names():
+    svg = report.render_svg({"a<b & c": [1]})
+    assert "a&lt;b &amp; c" in svg
+    ET.fromstring(svg)
+
+
+def test_nice_step():
+    assert report.nice_step(1900, 5) == 500
+    assert report.nice_step(16, 8) == 2
+    assert report.nice_step(0.0, 5) == 1
