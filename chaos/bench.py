@@ -407,13 +407,14 @@ def run(stack: Stack, cfg: Config) -> tuple[dict[str, Any], Path]:
         result["errors"].append("interrupted")
         log("interrupted: cleaning up")
     finally:
-        try:
-            bench.drop_jobs()
-        finally:
-            bench.restore()
-            bench.db.close()
-    finish(result)
-    write(result, directory)
+        for step in (bench.drop_jobs, bench.restore, bench.db.close):
+            try:
+                step()
+            except (StackError, psycopg.Error) as exc:
+                result["errors"].append(f"cleanup: {exc}")
+                log(f"cleanup FAILED: {exc}")
+        finish(result)
+        write(result, directory)
     return result, directory
 
 
