@@ -312,6 +312,7 @@ class Bench:
             "seconds": measured["window_s"],
             "cpu_ms_per_s": per_s,
             "machine_busy": measured["machine_busy"],
+            "accounted_of_busy": measured["accounted_of_busy"],
             "links": self.links,
         }
 
@@ -438,24 +439,37 @@ def check_stack(stack: Stack) -> list[str]:
     return [name for name in REQUIRED if not stack.is_ready(name)]
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 def parse_args(argv: list[str] | None) -> Config:
-    p = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="bench",
+        description=__doc__.split("\n\nRun it alone")[0],
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma list of: {', '.join(ROWS)}")
     p.add_argument("--jobs", type=int, default=2000, help="jobs per leasework row")
     p.add_argument("--floor-jobs", type=int, default=5000, help="jobs in the floor row")
-    p.add_argument("--single-concurrency", type=int, default=16)
+    p.add_argument("--single-concurrency", type=int, default=16, help="POST /jobs clients")
     p.add_argument("--batch-size", type=int, default=100, help="jobs per batch request or tx")
-    p.add_argument("--batch-concurrency", type=int, default=4)
-    p.add_argument("--enqueue-concurrency", type=int, default=4)
-    p.add_argument("--floor-submitters", type=int, default=16)
-    p.add_argument("--floor-workers", type=int, default=2)
+    p.add_argument("--batch-concurrency", type=int, default=4, help="batch requests in flight")
+    p.add_argument("--enqueue-concurrency", type=int, default=4, help="enqueue_many connections")
+    p.add_argument("--floor-submitters", type=int, default=16, help="floor INSERT connections")
+    p.add_argument("--floor-workers", type=int, default=2, help="floor worker processes")
     p.add_argument("--paced-fraction", type=float, default=0.5, help="of the row's e2e rate")
-    p.add_argument("--paced-seconds", type=float, default=15.0)
+    p.add_argument("--paced-seconds", type=float, default=15.0, help="of paced submits per row")
     p.add_argument("--row-timeout", type=float, default=600.0, help="seconds per phase")
     p.add_argument("--idle-seconds", type=float, default=5.0, help="0: no idle baseline")
     p.add_argument("--pgbench-seconds", type=int, default=12, help="0: no pgbench")
     p.add_argument("--pgbench-clients", type=int, default=16)
-    p.add_argument("--out", type=Path, default=default_repo_root() / "reports" / "bench")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=default_repo_root() / "reports" / "bench",
+        help="reports go to OUT/<UTC time>/",
+    )
     a = p.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]

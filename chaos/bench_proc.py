@@ -115,6 +115,15 @@ def parse_machine_ticks(proc_stat_text: str) -> tuple[int, int]:
     return total - idle, total
 
 
+def accounted(
+    ticks: Mapping[str, int | None], start: tuple[int, int], end: tuple[int, int]
+) -> float | None:
+    """The share of the machine's busy CPU time that the named trees account for (what is
+    missing ran in processes the bench does not name: kernel threads, anyone else's work)."""
+    busy = end[0] - start[0]
+    return sum(t for t in ticks.values() if t is not None) / busy if busy > 0 else None
+
+
 def busy_fraction(start: tuple[int, int], end: tuple[int, int]) -> float | None:
     busy = end[0] - start[0]
     total = end[1] - start[1]
@@ -208,11 +217,13 @@ class Window:
         seconds = time.monotonic() - self.started
         members = tree_members(self.roots)
         peaks = read_peaks_kib(p for pids in members.values() for p in pids)
+        ticks = {n: _delta(self.start_ticks[n], end_ticks.get(n)) for n in self.roots}
         return {
             "window_s": seconds,
             "cpu_ms_per_job": cpu_ms_per_job(self.start_ticks, end_ticks, jobs),
-            "cpu_ticks": {n: _delta(self.start_ticks[n], end_ticks.get(n)) for n in self.roots},
+            "cpu_ticks": ticks,
             "machine_busy": busy_fraction(self.start_machine, end_machine),
+            "accounted_of_busy": accounted(ticks, self.start_machine, end_machine),
             "rss_mib": peak_rss_mib(members, peaks),
         }
 

@@ -144,7 +144,7 @@ def main_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 fmt(delay.get("p50_ms"), 1),
                 fmt(delay.get("p99_ms"), 1),
                 fmt((r.get("cpu_ms_per_job") or {}).get("total"), 2),
-                "–" if busy is None else f"{busy * 100:.0f}%",
+                _percent(busy),
             ]
         )
     return table(headers, body)
@@ -159,12 +159,13 @@ def cpu_table(rows: Sequence[Mapping[str, Any]], idle: Mapping[str, Any] | None)
     procs = _present(
         [*rows, {"cpu_ms_per_job": (idle or {}).get("cpu_ms_per_s")}], "cpu_ms_per_job"
     )
-    headers = ["row", *procs, "total"]
+    headers = ["row", *procs, "total", "of machine busy"]
     body = [
         [
             r["name"],
             *(fmt(r["cpu_ms_per_job"].get(p), 2) for p in procs),
             fmt(r["cpu_ms_per_job"].get("total"), 2),
+            _percent(r.get("accounted_of_busy")),
         ]
         for r in rows
     ]
@@ -175,9 +176,14 @@ def cpu_table(rows: Sequence[Mapping[str, Any]], idle: Mapping[str, Any] | None)
                 f"idle, ms per s ({idle['seconds']:.0f} s)",
                 *(fmt(per_s.get(p), 1) for p in procs),
                 fmt(per_s.get("total"), 1),
+                _percent(idle.get("accounted_of_busy")),
             ]
         )
     return table(headers, body)
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.0f}%"
 
 
 def rss_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -210,7 +216,9 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         "Over each row's throughput window (first submit to last job finished), from "
         "`/proc/PID/stat` utime+stime (+ reaped children) of each process tree; `postgres` is "
         "the postmaster and all its children, `client` is this bench process with its floor "
-        "workers. Idle background (last line, ms of CPU per second) is inside every row.",
+        "workers. Idle background (last line, ms of CPU per second) is inside every row. "
+        "`of machine busy`: the share of all non-idle CPU time (`/proc/stat`) in the window "
+        "that these processes account for.",
         "",
         *cpu_table(rows, result.get("idle")),
         "",

@@ -80,6 +80,12 @@ def test_parse_machine_ticks_and_busy_fraction():
     assert procfs.busy_fraction(start, start) is None
 
 
+def test_accounted_share_of_machine_busy_time():
+    ticks = {"api": 30, "postgres": 50, "gone": None}
+    assert procfs.accounted(ticks, (1000, 5000), (1100, 5200)) == pytest.approx(0.8)
+    assert procfs.accounted(ticks, (1000, 5000), (1000, 5200)) is None
+
+
 def _stat(pid, ppid, utime, stime=0, cutime=0, cstime=0):
     return procfs.Stat(pid, ppid, utime, stime, cutime, cstime)
 
@@ -219,6 +225,7 @@ def _row(name, e2e, **extra):
         "e2e_per_s": e2e,
         "cpu_ms_per_job": {"api": 1.5, "postgres": 2.0, "client": 0.5, "total": 4.0},
         "machine_busy": 0.97,
+        "accounted_of_busy": 0.934,
         "rss_mib": {"api": {"max": 83.0, "sum": 83.0, "processes": 1}},
         "throughput_buckets": [10, 60, 62, 30],
         "paced": {"achieved_per_s": 62.0, "delay": {"p50_ms": 12.25, "p99_ms": 250.0}},
@@ -262,8 +269,8 @@ def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
     assert "| single | single door | direct | 2000 | 150 | 126 | 0.07x | 62 | 12.2 | 250.0 |" in md
     assert "| floor | floor door | direct | 2000 | 150 | 1,800 | 1.00x |" in md
     assert "## CPU milliseconds per job, per process" in md
-    assert "| row | api | postgres | client | total |" in md
-    assert "| single | 1.50 | 2.00 | 0.50 | 4.00 |" in md
+    assert "| row | api | postgres | client | total | of machine busy |" in md
+    assert "| single | 1.50 | 2.00 | 0.50 | 4.00 | 93% |" in md
     assert "| idle, ms per s (5 s) | 1.0 | – | – | 30.0 |" in md
     assert "| row | api |" in md and "| floor | 83 |" in md
     assert "**3,599 tps**" in md
