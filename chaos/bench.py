@@ -77,6 +77,7 @@ class Config:
     jobs: int = 2000
     floor_jobs: int = 5000
     single_concurrency: int = 16
+    single_client: str = "lean"
     batch_size: int = 100
     batch_concurrency: int = 4
     enqueue_concurrency: int = 4
@@ -95,7 +96,7 @@ class Config:
     def door(self, row: str) -> doors.Door:
         kind = row.removeprefix("proxied-")
         if kind == "single":
-            return doors.Door("single", 1, self.single_concurrency)
+            return doors.Door("single", 1, self.single_concurrency, self.single_client)
         if kind == "batch":
             return doors.Door("batch", self.batch_size, self.batch_concurrency)
         return doors.Door("enqueue", self.batch_size, self.enqueue_concurrency)
@@ -103,7 +104,8 @@ class Config:
 
 def door_label(door: doors.Door) -> str:
     if door.name == "single":
-        return f"POST /jobs, {door.concurrency} clients"
+        client = "lean client" if door.client == "lean" else "httpx"
+        return f"POST /jobs, {door.concurrency} clients ({client})"
     if door.name == "batch":
         return f"POST /jobs/batch {door.chunk}/req, {door.concurrency} in flight"
     return f"enqueue_many {door.chunk}/tx, {door.concurrency} conns"
@@ -453,6 +455,12 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--jobs", type=int, default=2000, help="jobs per leasework row")
     p.add_argument("--floor-jobs", type=int, default=5000, help="jobs in the floor row")
     p.add_argument("--single-concurrency", type=int, default=16, help="POST /jobs clients")
+    p.add_argument(
+        "--single-client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="the single row's HTTP client (see chaos/bench_http.py)",
+    )
     p.add_argument("--batch-size", type=int, default=100, help="jobs per batch request or tx")
     p.add_argument("--batch-concurrency", type=int, default=4, help="batch requests in flight")
     p.add_argument("--enqueue-concurrency", type=int, default=4, help="enqueue_many connections")

@@ -2,7 +2,8 @@
 door takes them) or paced (open loop at a given rate), and the ``jobs`` table queries that
 time them.
 
-* ``single``: ``POST /jobs``, one job per request (``leasework.AsyncClient.submit``);
+* ``single``: ``POST /jobs``, one job per request, from the lean keep-alive client of
+  :mod:`chaos.bench_http` (or ``leasework.AsyncClient.submit``, ``--single-client httpx``);
 * ``batch``: ``POST /jobs/batch``, ``chunk`` jobs per request (``AsyncClient.submit_many``);
 * ``enqueue``: ``leasework.enqueue_many`` in the caller's transaction, ``chunk`` jobs per
   transaction, on connections of the bench's own to the direct DSN.
@@ -22,6 +23,7 @@ import psycopg
 import trio
 
 import leasework
+from chaos.bench_http import Connection, HttpError
 from leasework.client import AsyncClient
 
 DOORS = ("single", "batch", "enqueue")
@@ -32,6 +34,7 @@ class Door:
     name: str
     chunk: int  # jobs per request / transaction
     concurrency: int  # requests or transactions in flight
+    client: str = "lean"  # single: the lean HTTP client (chaos.bench_http) or "httpx"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,41 @@ def paced_plan(rate: float, seconds: float, chunk: int) -> tuple[int, float]:
 
 def _payload(tag: str, i: int) -> dict:
     return {"bench": tag, "n": i}
+
+
+async def _lean_single(
+    door: Door, url: str, tag: str, jobs: int, due: Callable[[int], float] | None
+) -> Submitted:
+    """The single door with :mod:`chaos.bench_http`: one keep-alive connection per lane."""
+    late = 0
+    ends: list[float] = []
+
+    async def lane(k: int) -> None:
+        nonlocal late
+        connection = Connection(url)
+        await connection.open()
+        try:
+            for i in range(k, jobs, door.concurrency):
+                if due is not None:
+                    wait = due(i) - time.time()
+                    if wait > 0:
+                        await trio.sleep(wait)
+                    elif wait < -0.05:
+                        late += 1
+                status = await connection.post(
+                    "/jobs", {"type": "noop", "payload": _payload(tag, i)}
+                )
+                if status != 202:
+                    raise HttpError(f"POST /jobs answered {status}")
+        finally:
+            await connection.aclose()
+        ends.append(time.time())
+
+    first = time.time()
+    async with trio.open_nursery() as nursery:
+        for k in range(min(door.concurrency, jobs)):
+            nursery.start_soon(lane, k)
+    return Submitted(first, max(ends, default=first), jobs, late)
 
 
 async def _http(
@@ -157,7 +195,9 @@ def submit(
         return _enqueue(door, dsn, tag, jobs, due)
     if door.name in ("single", "batch"):
         if door.name == "single" and door.chunk != 1:
-            door = Door(door.name, 1, door.concurrency)
+            door = Door(door.name, 1, door.concurrency, door.client)
+        if door.name == "single" and door.client == "lean":
+            return trio.run(_lean_single, door, url, tag, jobs, due)
         return trio.run(_http, door, url, tag, jobs, due)
     raise ValueError(f"unknown door {door.name!r}; known: {', '.join(DOORS)}")
 

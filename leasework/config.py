@@ -100,13 +100,15 @@ class Settings:
     kafka_brokers: tuple[str, ...] = ("127.0.0.1:19092", "127.0.0.1:29092", "127.0.0.1:39092")
     shutdown_timeout: float = 20.0
     # worker
-    worker_concurrency: int = 8
+    # handlers in flight per worker; they hold no database connection (the completer and the
+    # heartbeat write for all of them), so this is cheap to raise
+    worker_concurrency: int = 64
     lease_ttl: float = 10.0
     # "fenced" (always, unless the unsafe demo mode is asked for explicitly, see load())
     lease_mode: str = "fenced"
     consumer_group: str = "leasework-workers"
     # relay
-    relay_batch_size: int = 200
+    relay_batch_size: int = 1000
     relay_tick: float = 0.5
     # retries
     retry_base: float = 1.0

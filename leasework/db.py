@@ -55,7 +55,9 @@ class Database:
             kwargs=dict(CONNECT_KWARGS),
             timeout=10.0,
             reconnect_timeout=0,  # keep trying for ever; /readyz reports the outage
-            check=ConnectionPool.check_connection,
+            # no check query on every checkout (a round trip per call); a connection the
+            # server dropped fails its next statement, the pool discards it, and every
+            # caller retries or answers 503 ("nothing was written, retry")
             name=name,
         )
         self.limiter = trio.CapacityLimiter(max_size)

@@ -1,20 +1,23 @@
-"""Leases and fence tokens in Redis, each operation one Lua script (atomic on the server).
+"""Leases and fence tokens in Redis, each operation one Lua script (atomic on the server), for
+a whole batch of jobs in one call.
 
-* claim: set ``lease:{job}`` only if unheld, with a TTL, and take the next fence token from
-  the counter in the same script; returns the token, or None if another worker holds it.
-* renew: extend the TTL only while the lease still carries our token.
-* release: delete the lease only while it still carries our token.
+* claim: for each job, set ``lease:{job}`` only if unheld, with a TTL, and take the next
+  fence token from the counter in the same script; a token per job won, None where another
+  worker holds the lease.
+* renew: extend each TTL only while the lease still carries our token.
+* release: delete each lease only while it still carries our token.
 * reseed: move the counter above a floor (the largest fence Postgres has seen), used when
   Redis lost its counter (restart without data, FLUSHALL) and handed out an old number.
 
 Redis is derived state: Postgres refuses a stamp whose fence is not above the stored one,
 so a wiped Redis costs a retry, never a duplicate. The client is redis-py's blocking one;
-every call runs in a worker thread under a limiter.
+every call runs in a worker thread under a limiter, one thread hop per batch.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
@@ -22,28 +25,48 @@ import trio
 
 FENCE_KEY = "leasework:fence"
 
+# KEYS: the lease keys, then the fence counter; ARGV: owner, ttl ms.
+# Returns per lease key: its new fence, or 0 when another holder has it.
 CLAIM = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-    return {0, redis.call('GET', KEYS[1])}
+local counter = KEYS[#KEYS]
+local won = {}
+for i = 1, #KEYS - 1 do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+        won[i] = 0
+    else
+        local fence = redis.call('INCR', counter)
+        redis.call('SET', KEYS[i], ARGV[1] .. '|' .. fence, 'PX', ARGV[2])
+        won[i] = fence
+    end
 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. '|' .. fence, 'PX', ARGV[2])
-return {1, fence}
+return won
 """
 
+# KEYS: the lease keys; ARGV: ttl ms, then each key's token. Returns 1 or 0 per key.
 RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return 1
+local held = {}
+for i = 1, #KEYS do
+    if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
+        redis.call('PEXPIRE', KEYS[i], ARGV[1])
+        held[i] = 1
+    else
+        held[i] = 0
+    end
 end
-return 0
+return held
 """
 
+# KEYS: the lease keys; ARGV: each key's token. Returns 1 or 0 per key.
 RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
+local released = {}
+for i = 1, #KEYS do
+    if redis.call('GET', KEYS[i]) == ARGV[i] then
+        released[i] = redis.call('DEL', KEYS[i])
+    else
+        released[i] = 0
+    end
 end
-return 0
+return released
 """
 
 RESEED = """
@@ -82,24 +105,47 @@ class LeaseStore:
         self._release = client.register_script(RELEASE)
         self._reseed = client.register_script(RESEED)
 
+    def claim_many(
+        self, job_ids: Sequence[uuid.UUID], owner: str, ttl: float
+    ) -> list[Claim | None]:
+        """A claim per job won, None where another worker holds the lease."""
+        if not job_ids:
+            return []
+        keys = [lease_key(j) for j in job_ids] + [FENCE_KEY]
+        fences = self._claim(keys=keys, args=[owner, int(ttl * 1000)])
+        return [
+            Claim(job_id, owner, int(fence)) if int(fence) else None
+            for job_id, fence in zip(job_ids, fences, strict=True)
+        ]
+
+    def renew_many(self, claims: Sequence[Claim], ttl: float) -> list[bool]:
+        if not claims:
+            return []
+        keys = [lease_key(c.job_id) for c in claims]
+        held = self._renew(keys=keys, args=[int(ttl * 1000), *(c.token for c in claims)])
+        return [bool(h) for h in held]
+
+    def release_many(self, claims: Sequence[Claim]) -> list[bool]:
+        if not claims:
+            return []
+        keys = [lease_key(c.job_id) for c in claims]
+        return [bool(r) for r in self._release(keys=keys, args=[c.token for c in claims])]
+
     def claim(self, job_id: uuid.UUID, owner: str, ttl: float) -> Claim | None:
-        won, value = self._claim(keys=[lease_key(job_id), FENCE_KEY], args=[owner, int(ttl * 1000)])
-        return Claim(job_id, owner, int(value)) if won else None
+        return self.claim_many([job_id], owner, ttl)[0]
 
     def renew(self, claim: Claim, ttl: float) -> bool:
-        return bool(
-            self._renew(keys=[lease_key(claim.job_id)], args=[claim.token, int(ttl * 1000)])
-        )
+        return self.renew_many([claim], ttl)[0]
 
     def release(self, claim: Claim) -> bool:
-        return bool(self._release(keys=[lease_key(claim.job_id)], args=[claim.token]))
+        return self.release_many([claim])[0]
 
     def reseed(self, floor: int) -> int:
         return int(self._reseed(keys=[FENCE_KEY], args=[floor]))
 
 
 class Leases:
-    def __init__(self, host: str, port: int, *, limit: int = 8) -> None:
+    def __init__(self, host: str, port: int, *, limit: int = 4) -> None:
         self.client = redis.Redis(
             host=host,
             port=port,
@@ -113,17 +159,16 @@ class Leases:
     async def _call(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
-    async def claim(self, job_id: uuid.UUID, owner: str, ttl: float) -> Claim | None:
-        return await self._call(self.store.claim, job_id, owner, ttl)
+    async def claim_many(
+        self, job_ids: Sequence[uuid.UUID], owner: str, ttl: float
+    ) -> list[Claim | None]:
+        return await self._call(self.store.claim_many, job_ids, owner, ttl)
 
-    async def renew(self, claim: Claim, ttl: float) -> bool:
-        return await self._call(self.store.renew, claim, ttl)
+    async def renew_many(self, claims: Sequence[Claim], ttl: float) -> list[bool]:
+        return await self._call(self.store.renew_many, claims, ttl)
 
-    async def release(self, claim: Claim) -> bool:
-        return await self._call(self.store.release, claim)
+    async def release_many(self, claims: Sequence[Claim]) -> list[bool]:
+        return await self._call(self.store.release_many, claims)
 
     async def reseed(self, floor: int) -> int:
         return await self._call(self.store.reseed, floor)
-
-    def close(self) -> None:
-        self.client.close()

@@ -64,3 +64,12 @@ class OffsetTracker:
 
     def in_flight(self) -> int:
         return sum(len(s.arrived) for s in self._partitions.values())
+
+    def positions(self) -> dict[int, int]:
+        """Partition -> next offset of the finished prefix, whether stored already or not:
+        what a synchronous commit (revoke, shutdown) sends."""
+        return {
+            partition: state.next_commit
+            for partition, state in self._partitions.items()
+            if state.next_commit is not None
+        }

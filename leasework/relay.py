@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 import time
 
@@ -30,6 +31,7 @@ log = logging.getLogger("leasework.relay")
 NOTIFY_CHANNEL = "leasework_outbox"
 PUBLISH_TIMEOUT = 20.0  # seconds to wait for delivery reports of one batch
 MAX_BACKOFF = 5.0
+GATHER = 0.025  # seconds a busy relay lets rows gather before its next pass
 
 
 class OutboxRelay:
@@ -49,7 +51,7 @@ class OutboxRelay:
         messages = [(r["topic"], r["key"], r["value"].encode(), r["headers"]) for r in rows]
         deliveries = self.publisher.publish(messages, timeout=PUBLISH_TIMEOUT)
         acked = [row["id"] for row, d in zip(rows, deliveries, strict=True) if d.ok]
-        store.outbox_mark_published(conn, acked)
+        store.outbox_retire(conn, acked)
         failed = [d.error for d in deliveries if not d.ok]
         self.last_error = failed[0] if failed else None
         return len(acked), len(failed)
@@ -91,7 +93,10 @@ class OutboxRelay:
             backoff = 0.0
             if published >= self.batch_size:
                 continue  # more waiting
-            await listener.wait(self.tick)
+            if await listener.wait(self.tick):
+                # let a few milliseconds of rows gather, so a stream of small commits becomes
+                # one produce request instead of many (each one costs every broker)
+                await trio.sleep(GATHER)
 
 
 class NotificationListener:
@@ -111,10 +116,13 @@ class NotificationListener:
             if self.conn is None or self.conn.closed:
                 self.conn = self.db.connect(autocommit=True)
                 self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            for _ in self.conn.notifies(timeout=timeout, stop_after=1):
-                # drain whatever else arrived: one pass handles them all
-                return True
-            return False
+            notified = any(True for _ in self.conn.notifies(timeout=timeout, stop_after=1))
+            if notified:
+                # drain whatever else has arrived already: one pass handles them all (a
+                # deadline of zero reads what is buffered and stops)
+                for _ in self.conn.notifies(timeout=0.0):
+                    pass
+            return notified
         except psycopg.Error:
             if self.conn is not None:
                 self.conn.close()
@@ -174,9 +182,13 @@ async def outbox_gauge_loop(db: Database) -> None:
         await trio.sleep(2.0)
 
 
+LAG_EVERY = 5.0  # seconds between consumer-lag samples
+
+
 async def consumer_lag_loop(settings: Settings) -> None:
     """Export the workers' consumer-group lag per partition, measured from outside the group
-    by a short-lived child process (see :mod:`leasework.lagprobe` for why a child)."""
+    by a long-lived child process (see :mod:`leasework.lagprobe` for why a child), restarted
+    when it dies."""
     command = [
         sys.executable,
         "-m",
@@ -184,21 +196,44 @@ async def consumer_lag_loop(settings: Settings) -> None:
         ",".join(settings.kafka_brokers),
         settings.consumer_group,
         settings.topic_ready,
+        str(LAG_EVERY),
     ]
     while True:
-        with trio.move_on_after(20):
-            result = await trio.run_process(
-                command, capture_stdout=True, capture_stderr=True, check=False
-            )
-            if result.returncode == 0:
-                for partition, lag in json.loads(result.stdout).items():
-                    metrics.consumer_lag.labels(str(partition)).set(lag)
-            else:
-                log.debug(
-                    "consumer lag not measured",
-                    extra={"returncode": result.returncode, "stderr": result.stderr[-300:]},
-                )
-        await trio.sleep(5.0)
+        try:
+            await read_lag_samples(command)
+        except OSError as exc:
+            log.warning("consumer lag probe could not run", extra={"error": str(exc)[:200]})
+        await trio.sleep(LAG_EVERY)
+
+
+async def read_lag_samples(command: list[str]) -> None:
+    """Run the probe and export each JSON line it prints, until it exits."""
+    child = await trio.lowlevel.open_process(
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        buffer = b""
+        async for chunk in child.stdout:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                export_lag_sample(line)
+    finally:
+        with trio.CancelScope(shield=True):
+            child.kill()
+            await child.wait()
+    log.debug("consumer lag probe exited", extra={"returncode": child.returncode})
+
+
+def export_lag_sample(line: bytes) -> None:
+    try:
+        sample = json.loads(line)
+    except ValueError:
+        return
+    if not isinstance(sample, dict) or "error" in sample:
+        return  # one missed sample
+    for partition, lag in sample.items():
+        metrics.consumer_lag.labels(str(partition)).set(lag)
 
 
 async def run(settings: Settings, db: Database, conditions: dict[str, str], stopping: Stopping):

@@ -14,6 +14,7 @@ from leasework import api, metrics, relay, store
 from leasework.app import App
 from leasework.config import Settings
 from leasework.db import Database
+from leasework.groupcommit import GroupCommit
 from leasework.health import Health
 from leasework.kafka import cluster_probe
 from leasework.service import Stopping, run_service
@@ -86,11 +87,13 @@ async def run_api(settings: Settings, app: App) -> None:
     db = Database(settings.postgres_dsn, max_size=10, name="api")
     health = Health()
     health.add("postgres", postgres_probe(db))
-    web = api.create_app(settings, db, health, app)
+    group = GroupCommit(db, settings.topic_ready)
+    web = api.create_app(settings, db, health, app, group)
     await db.open()
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
+            await nursery.start(group.run)
             nursery.start_soon(register_types, db, app, settings.process_name)
             nursery.start_soon(relay.outbox_gauge_loop, db)
             await stopping.wait()
@@ -119,7 +122,8 @@ async def run_relay(settings: Settings, app: App | None = None) -> None:
 
 
 async def run_worker(settings: Settings, app: App) -> None:
-    db = Database(settings.postgres_dsn, max_size=settings.worker_concurrency + 4, name="worker")
+    # the producer, the completer, the heartbeat and fenced effects: handlers hold none
+    db = Database(settings.postgres_dsn, max_size=8, name="worker")
     health = Health()
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
@@ -142,17 +146,19 @@ async def run_worker(settings: Settings, app: App) -> None:
 async def run_dev(settings: Settings, app: App) -> None:
     """api, relay and worker in one Trio nursery, one process: for development against the
     running stack's Postgres, Redis and Kafka. Ctrl-C drains the worker, then stops all."""
-    db = Database(settings.postgres_dsn, max_size=settings.worker_concurrency + 12, name="dev")
+    db = Database(settings.postgres_dsn, max_size=16, name="dev")
     health = Health()
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
-    web = api.create_app(settings, db, health, app)
+    group = GroupCommit(db, settings.topic_ready)
+    web = api.create_app(settings, db, health, app, group)
     await db.open()
     worker = Worker(settings, db, app)
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
+            await nursery.start(group.run)
             nursery.start_soon(register_types, db, app, settings.process_name)
             nursery.start_soon(relay.run, settings, db, health.conditions, stopping)
             await worker.run(stopping)  # returns once drained after the signal

@@ -23,16 +23,12 @@ from psycopg.types.json import Jsonb
 from leasework.backoff import retry_or_dead
 from leasework.context import Effect
 from leasework.db import savepoint
+from leasework.job import COLUMNS, Job
 from leasework.states import RETRYABLE, TERMINAL, Status, sources_of, transition
 
 Row = dict[str, Any]
 
-JOB_COLUMNS = (
-    "id, type, payload, status, run_at, attempt, max_attempts, timeout_seconds, fence, "
-    "lease_owner, lease_expires_at, idempotency_key, ordering_key, last_error, "
-    "cancel_requested, created_at, updated_at, started_at, finished_at, result, "
-    "retry_base, retry_cap, deferrals, attempt_budget"
-)
+JOB_COLUMNS = COLUMNS  # every column of jobs that leasework.job.Job holds, in its order
 
 # the wake-up message of a queued job; leasework_jobs_insert builds the same in SQL
 READY_VALUE_SQL = (
@@ -288,9 +284,11 @@ def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[Row]:
     ).fetchall()
 
 
-def outbox_mark_published(conn: psycopg.Connection, ids: list[int]) -> None:
+def outbox_retire(conn: psycopg.Connection, ids: list[int]) -> None:
+    """Rows Kafka acknowledged leave the outbox (one statement per batch): the outbox holds
+    only what is still to be published, so its size is the backlog."""
     if ids:
-        conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY(%s)", (ids,))
+        conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", (ids,))
 
 
 def outbox_pending(conn: psycopg.Connection) -> tuple[int, float]:
@@ -355,6 +353,203 @@ def outbox_prune(conn: psycopg.Connection, older_than: float, limit: int) -> int
 
 
 # ---------------------------------------------------------------- worker
+
+
+def jobs_get_many(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list[Job]:
+    """The jobs of a batch of messages, in one query (missing ids are simply absent)."""
+    if not job_ids:
+        return []
+    rows = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s::uuid[])", (job_ids,)
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+def jobs_start_many(
+    conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]], *, worker: str, ttl: float
+) -> list[Job]:
+    """Stamp a batch of queued jobs ``running``, each under its own fence, and open their
+    attempt rows, in one statement. Each row keeps its own condition: still ``queued`` and a
+    fence above the stored one (Postgres guards monotonicity even if Redis hands out an old
+    token). Returns the jobs stamped; the others were not ``queued`` or had a stale token."""
+    if not claims:
+        return []
+    rows = conn.execute(
+        f"""WITH claim AS (
+                SELECT * FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS c(id, fence)),
+            started AS (
+                UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
+                       fence = claim.fence, lease_owner = %(worker)s,
+                       lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                       started_at = now(), updated_at = now()
+                FROM claim
+                WHERE jobs.id = claim.id AND jobs.status = 'queued' AND jobs.fence < claim.fence
+                RETURNING jobs.*),
+            opened AS (
+                INSERT INTO attempts (job_id, attempt, worker, fence)
+                SELECT id, attempt, %(worker)s, fence FROM started)
+            SELECT {JOB_COLUMNS} FROM started""",
+        {
+            "ids": [c[0] for c in claims],
+            "fences": [c[1] for c in claims],
+            "worker": worker,
+            "ttl": ttl,
+        },
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+def jobs_heartbeat_many(
+    conn: psycopg.Connection, leases: list[tuple[uuid.UUID, int]], ttl: float
+) -> dict[uuid.UUID, bool]:
+    """Extend the Postgres view of a batch of leases in one statement. Returns, for each job
+    still running under its fence, whether a cancel was requested; a job absent from the
+    answer has lost its lease (a newer claim, the reaper)."""
+    if not leases:
+        return {}
+    rows = conn.execute(
+        """UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
+           FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS h(id, fence)
+           WHERE jobs.id = h.id AND jobs.fence = h.fence AND jobs.status = 'running'
+           RETURNING jobs.id, jobs.cancel_requested""",
+        {
+            "ids": [lease[0] for lease in leases],
+            "fences": [lease[1] for lease in leases],
+            "ttl": ttl,
+        },
+    ).fetchall()
+    return {r["id"]: bool(r["cancel_requested"]) for r in rows}
+
+
+def jobs_defer_many(
+    conn: psycopg.Connection, job_ids: list[uuid.UUID], *, base: float, cap: float, reason: str
+) -> list[Job]:
+    """Queued jobs whose type this worker does not know (a rolling deploy) wait for a later
+    ``run_at``: no lease, no attempt spent. The wait doubles with every deferral, from
+    ``base`` up to ``cap`` (half fixed, half random). Jobs no longer queued are left alone."""
+    if not job_ids:
+        return []
+    transition(Status.QUEUED, Status.SCHEDULED)
+    rows = conn.execute(
+        f"""UPDATE jobs SET status = 'scheduled', deferrals = deferrals + 1,
+                   run_at = now() + make_interval(secs =>
+                       least(%(cap)s, %(base)s * power(2, least(deferrals, 30)))
+                       * (0.5 + random() / 2)),
+                   last_error = %(reason)s, updated_at = now()
+            WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued'
+            RETURNING {JOB_COLUMNS}""",
+        {"ids": job_ids, "base": base, "cap": cap, "reason": reason},
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One attempt's outcome waiting for its fenced write: the job under ``fence``, what
+    became of it, the handler's effects (applied only if the job succeeded and the fence
+    holds), and what the outcome becomes if one of those effects raises."""
+
+    job_id: uuid.UUID
+    fence: int
+    outcome: Outcome
+    effects: tuple[Effect, ...] = ()
+    effect_failed: Callable[[Exception], Outcome] | None = None
+
+
+FINISH_MANY = """
+WITH done AS (
+    SELECT * FROM jsonb_to_recordset(%(done)s)
+        AS d(id uuid, fence bigint, status text, error text, retry float8, result jsonb)),
+finished AS (
+    UPDATE jobs SET status = done.status, last_error = done.error, result = done.result,
+           run_at = CASE WHEN done.retry IS NULL THEN jobs.run_at
+                         ELSE now() + make_interval(secs => done.retry) END,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+           finished_at = CASE WHEN done.status IN ('succeeded', 'dead', 'cancelled')
+                              THEN now() END
+    FROM done
+    WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.status = 'running'
+    RETURNING jobs.id, jobs.fence, jobs.type, jobs.status, jobs.attempt, jobs.last_error,
+              jobs.payload),
+closed AS (
+    UPDATE attempts SET finished_at = now(), outcome = finished.status,
+           error = finished.last_error
+    FROM finished WHERE attempts.job_id = finished.id AND attempts.fence = finished.fence),
+dead AS (
+    INSERT INTO outbox (job_id, topic, key, value, headers)
+    SELECT id, %(dlq)s, id::text,
+           jsonb_build_object('job_id', id::text, 'type', type, 'payload', payload),
+           jsonb_build_object('job_id', id::text, 'type', type, 'attempts', attempt::text,
+                              'last_error', left(coalesce(last_error, ''), 1000))
+    FROM finished WHERE status = 'dead')
+SELECT id, status FROM finished
+"""
+
+
+def _held(conn: psycopg.Connection, completions: list[Completion]) -> set[uuid.UUID]:
+    """Lock the rows whose fence still holds: their effects may run, and no one can take the
+    job from under them before this transaction ends."""
+    rows = conn.execute(
+        """SELECT jobs.id FROM jobs
+           JOIN unnest(%s::uuid[], %s::bigint[]) AS c(id, fence)
+             ON jobs.id = c.id AND jobs.fence = c.fence
+           WHERE jobs.status = 'running'
+           ORDER BY jobs.id FOR UPDATE OF jobs""",
+        ([c.job_id for c in completions], [c.fence for c in completions]),
+    ).fetchall()
+    return {r["id"] for r in rows}
+
+
+def jobs_finish_many(
+    conn: psycopg.Connection, completions: list[Completion], *, dlq_topic: str
+) -> dict[uuid.UUID, Status]:
+    """The fenced terminal write of a batch: each job's outcome, attempt row and effects, only
+    where its own fence still holds, in one transaction. Returns the status written per job;
+    a job absent from the answer was rejected by the fence (a newer claim holds it) and none
+    of its effects ran. An effect that raises is undone (a savepoint per job) and turns that
+    job's outcome into ``effect_failed(exc)``; the other jobs of the batch are not touched."""
+    outcomes = {c.job_id: c.outcome for c in completions}
+    for outcome in outcomes.values():
+        transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
+    with_effects = [c for c in completions if c.effects and c.outcome.status == Status.SUCCEEDED]
+    if with_effects:
+        held = _held(conn, with_effects)
+        for c in with_effects:
+            if c.job_id not in held:
+                continue  # rejected by the fence: its effects never run
+            failure = effects_apply(conn, list(c.effects))
+            if failure is not None:
+                message = f"a fenced effect raised {type(failure).__name__}: {failure}"[:2000]
+                outcome = (
+                    c.effect_failed(failure)
+                    if c.effect_failed is not None
+                    else Outcome(Status.FAILED, message, retry_in=0.0)
+                )
+                transition(Status.RUNNING, outcome.status)
+                outcomes[c.job_id] = outcome
+    done = [
+        {
+            "id": str(c.job_id),
+            "fence": c.fence,
+            "status": str(outcomes[c.job_id].status),
+            "error": outcomes[c.job_id].error,
+            "retry": outcomes[c.job_id].retry_in,
+            "result": outcomes[c.job_id].result,
+        }
+        for c in completions
+    ]
+    rows = conn.execute(FINISH_MANY, {"done": Jsonb(done), "dlq": dlq_topic}).fetchall()
+    return {r["id"]: Status(r["status"]) for r in rows}
+
+
+def jobs_unfence_many(conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]]) -> None:
+    """UNSAFE, for the plain-TTL demonstration only: put each job back to ``running`` under
+    the given fence whatever happened meanwhile, so the fenced write that follows matches."""
+    conn.execute(
+        """UPDATE jobs SET status = 'running', fence = c.fence
+           FROM unnest(%s::uuid[], %s::bigint[]) AS c(id, fence) WHERE jobs.id = c.id""",
+        ([c[0] for c in claims], [c[1] for c in claims]),
+    )
 
 
 def job_start(

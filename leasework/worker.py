@@ -1,16 +1,17 @@
-"""The worker process: a Kafka consumer and a bounded set of concurrent job tasks.
+"""The worker process: a Kafka consumer feeding a bounded set of concurrent job tasks.
 
-Per message: stamp the job ``running`` under a new fence (only a ``queued`` job can be
-stamped, so a redelivery of a finished or running job is skipped), run the handler in a
-cancel scope whose deadline is the lease's lower bound of validity, renew the lease from a
-heartbeat task, write the outcome and the handler's effects in one fenced transaction, and
-only then mark the offset finished. Offsets are committed for the contiguous finished prefix
-of each partition.
+Messages arrive in batches (``consume`` in one thread hop). The producer
+(:mod:`leasework.producer`) turns a batch into started jobs in three round trips; each job's
+handler runs in a cancel scope of its own whose deadline is its lease's lower bound of
+validity, moved by the heartbeat (:mod:`leasework.heartbeat`: every lease of the worker in
+one renewal); its outcome goes to the completer (:mod:`leasework.completer`), which writes
+outcomes in batches, each row fenced on its own. Only once a job's outcome is durable is its
+offset marked finished; the finished prefix of each partition is stored and committed in the
+background by librdkafka (and synchronously on revoke and shutdown), never per message.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -20,28 +21,29 @@ from dataclasses import dataclass
 import psycopg
 import redis
 import trio
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from leasework import metrics, store
 from leasework.app import App
 from leasework.backoff import retry_or_dead
+from leasework.completer import Completer, Finished, UnsafeCompleter
 from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.context import JobContext
 from leasework.db import Database
 from leasework.execution import HandlerResult, call_handler, describe
-from leasework.lease import Claim, Leases
+from leasework.heartbeat import CancelReason, Heartbeat, RunningJob, lease_deadline
+from leasework.job import Job
+from leasework.lease import Leases
 from leasework.offsets import OffsetTracker
+from leasework.producer import Producer, Started
 from leasework.service import Stopping
 from leasework.states import Status
 
 log = logging.getLogger("leasework.worker")
 
-LEASE_MARGIN_FRACTION = 0.2  # the handler's deadline is claim + TTL * (1 - margin)
-
-
-def lease_deadline(renewed_at: float, ttl: float) -> float:
-    """The worker's own lower bound of when its lease is still valid (monotonic clock)."""
-    return renewed_at + ttl * (1 - LEASE_MARGIN_FRACTION)
+MAX_POLL = 500  # messages per consume() call, at most
+GATHER = 0.02  # seconds a batch waits for company after its first message
+STORE_OFFSETS_EVERY = 0.2  # seconds between passing the finished prefix to librdkafka
 
 
 class Abandoned(Exception):
@@ -49,32 +51,57 @@ class Abandoned(Exception):
     its offset is not committed and the next owner of the partition gets it again."""
 
 
-class FenceRejected(Exception):
-    """The fenced terminal write matched no row: a newer claim holds the job."""
-
-
 def consumer_config(settings: Settings) -> dict:
     return {
         "bootstrap.servers": ",".join(settings.kafka_brokers),
         "group.id": settings.consumer_group,
         "client.id": settings.process_name,
-        "enable.auto.commit": False,
+        # offsets are stored by the worker once a job's outcome is durable, and committed
+        # by librdkafka in the background (plus synchronously on revoke and shutdown)
+        "enable.auto.commit": True,
+        "enable.auto.offset.store": False,
+        "auto.commit.interval.ms": 1000,
         "auto.offset.reset": "earliest",
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 2_000,
         "max.poll.interval.ms": 300_000,
         "socket.connection.setup.timeout.ms": 5_000,
         "reconnect.backoff.max.ms": 2_000,
+        # an idle partition waits on the broker (long poll), not in a tight fetch loop
+        "fetch.wait.max.ms": 500,
     }
 
 
-@dataclass
-class RunningJob:
-    job_id: uuid.UUID
-    fence: int
-    scope: trio.CancelScope
-    claim: Claim
-    reason: str | None = None  # why the handler scope was cancelled
+@dataclass(frozen=True)
+class Delivery:
+    """One message: where it came from and the job it wakes (None: undecodable)."""
+
+    partition: int
+    offset: int
+    job_id: uuid.UUID | None
+
+
+def receive(
+    consumer: Consumer, at_most: int, wait: float = 0.5, gather: float = GATHER
+) -> list[Message]:
+    """Up to ``at_most`` messages, in one thread hop: wait (up to ``wait`` s) for the first,
+    then up to ``gather`` s for company, so that a steady stream becomes batches (each batch
+    costs three round trips whatever its size) at the price of a few milliseconds. (Plain
+    ``consume(n, timeout)`` waits for all ``n`` or the whole timeout: a trickle would sit
+    out the timeout.)"""
+    first = consumer.poll(wait)
+    if first is None:
+        return []
+    if at_most == 1:
+        return [first]
+    return [first, *consumer.consume(at_most - 1, gather)]
+
+
+def decode(message_value: bytes | None) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(json.loads(message_value or b"")["job_id"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class Worker:
@@ -83,32 +110,50 @@ class Worker:
         self.db = db
         self.app = app
         self.name = settings.process_name
-        self.leases = Leases(*settings.redis_addr, limit=settings.worker_concurrency + 2)
+        self.leases = Leases(*settings.redis_addr)
         # the plain-TTL demonstration mode: no deadline scope, no fence condition
         self.unsafe = settings.lease_mode == UNSAFE_LEASE_MODE
+        completer = UnsafeCompleter if self.unsafe else Completer
+        self.completer = completer(self.db, self.leases, dlq_topic=settings.topic_dlq)
+        self.producer = Producer(
+            db,
+            self.leases,
+            app,
+            name=self.name,
+            ttl=settings.lease_ttl,
+            retry_base=settings.retry_base,
+            retry_cap=settings.retry_cap,
+        )
+        self.running: dict[uuid.UUID, RunningJob] = {}
+        self.heartbeat = Heartbeat(
+            db,
+            self.leases,
+            lambda: list(self.running.values()),
+            ttl=settings.lease_ttl,
+            notices_loss=not self.unsafe,
+        )
         self.tracker = OffsetTracker()
-        self.capacity = trio.Semaphore(settings.worker_concurrency)
+        self.slots = trio.Semaphore(settings.worker_concurrency)
         self.consumer: Consumer | None = None
         self.poll_limiter = trio.CapacityLimiter(1)
         self.commit_limiter = trio.CapacityLimiter(1)
-        self.running: dict[uuid.UUID, RunningJob] = {}
-        self.commit_wanted = trio.Event()
+        self.offsets_wanted = trio.Event()
         self.stopping = Stopping()
-        self.active = 0  # message tasks started and not yet finished
+        self.active = 0  # deliveries taken and not yet finished or abandoned
         self.idle = trio.Event()  # set while active == 0
         self.idle.set()
 
-    # ------------------------------------------------------------ consumer and offsets
+    # ------------------------------------------------------------ offsets
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # runs inside poll(), in the poll thread: commit what is finished, then let go
-        ready = trio.from_thread.run_sync(self.tracker.committable)
+        # runs inside consume(), in the poll thread: commit what is finished, then let go
+        positions = trio.from_thread.run_sync(self.tracker.positions)
         revoked = {p.partition for p in partitions}
         topic = self.settings.topic_ready
-        offsets = [TopicPartition(topic, p, o) for p, o in ready.items() if p in revoked]
+        offsets = [TopicPartition(topic, p, o) for p, o in positions.items() if p in revoked]
         if offsets:
             try:
                 consumer.commit(offsets=offsets, asynchronous=False)
@@ -118,12 +163,41 @@ class Worker:
             trio.from_thread.run_sync(self.tracker.forget, partition)
         log.info("partitions revoked", extra={"partitions": sorted(revoked)})
 
-    async def commit_ready(self) -> None:
+    def finish(self, delivery: Delivery) -> None:
+        """The delivery is done with (its job's outcome durable, or nothing to do)."""
+        self.tracker.finish(delivery.partition, delivery.offset)
+        self.offsets_wanted.set()
+
+    async def store_offsets(self) -> None:
+        """Hand the finished prefix of each partition to librdkafka, which commits it in the
+        background; a partition revoked meanwhile is simply not stored."""
         ready = self.tracker.committable()
         if not ready or self.consumer is None:
             return
-        offsets = [TopicPartition(self.settings.topic_ready, p, o) for p, o in ready.items()]
-        consumer = self.consumer
+        consumer, topic = self.consumer, self.settings.topic_ready
+        offsets = [TopicPartition(topic, p, o) for p, o in ready.items()]
+
+        def store_them() -> str | None:
+            try:
+                consumer.store_offsets(offsets=offsets)
+                return None
+            except KafkaException as exc:
+                return str(exc)
+
+        error = await trio.to_thread.run_sync(store_them, limiter=self.commit_limiter)
+        if error is None:
+            for partition, offset in ready.items():
+                self.tracker.committed(partition, offset)
+        else:
+            log.debug("offsets not stored", extra={"error": error})
+
+    async def commit_now(self) -> None:
+        """Synchronously commit every partition's finished prefix (shutdown)."""
+        positions = self.tracker.positions()
+        if not positions or self.consumer is None:
+            return
+        consumer, topic = self.consumer, self.settings.topic_ready
+        offsets = [TopicPartition(topic, p, o) for p, o in positions.items()]
 
         def commit() -> str | None:
             try:
@@ -133,356 +207,249 @@ class Worker:
                 return str(exc)
 
         error = await trio.to_thread.run_sync(commit, limiter=self.commit_limiter)
-        if error is None:
-            for partition, offset in ready.items():
-                self.tracker.committed(partition, offset)
-        else:
-            log.warning("offset commit failed; will retry", extra={"error": error})
+        if error is not None:
+            log.warning("final offset commit failed", extra={"error": error})
 
-    async def commit_loop(self) -> None:
+    async def offsets_loop(self) -> None:
         while True:
-            with trio.move_on_after(1.0):
-                await self.commit_wanted.wait()
-            self.commit_wanted = trio.Event()
-            await self.commit_ready()
+            await self.offsets_wanted.wait()
+            self.offsets_wanted = trio.Event()
+            await self.store_offsets()
+            await trio.sleep(STORE_OFFSETS_EVERY)
+
+    # ------------------------------------------------------------ a batch of deliveries
+
+    def _taken(self, count: int) -> None:
+        if self.active == 0:
+            self.idle = trio.Event()
+        self.active += count
+
+    def _done(self) -> None:
+        self.slots.release()
+        self.active -= 1
+        if self.active == 0:
+            self.idle.set()
+
+    async def handle_batch(self, deliveries: list[Delivery], nursery: trio.Nursery) -> None:
+        """Claim the batch's jobs and start a task per job started; every delivery ends here
+        (finished, or left for redelivery) or in a task started from here."""
+        first: dict[uuid.UUID, Delivery] = {}
+        for delivery in deliveries:
+            if delivery.job_id is None:
+                log.error("undecodable message skipped", extra={"offset": delivery.offset})
+                metrics.redeliveries_skipped.labels("undecodable").inc()
+                self._settle(delivery)
+            elif delivery.job_id in first:  # the same job twice in one batch: run it once
+                metrics.redeliveries_skipped.labels("duplicate").inc()
+                self._settle(delivery)
+            else:
+                first[delivery.job_id] = delivery
+        if not first:
+            return
+        try:
+            claimed = await self.producer.claim(list(first))
+        except Exception as exc:  # unreachable dependencies, or a bug: the slow path decides
+            if isinstance(exc, redis.RedisError | psycopg.Error):
+                log.warning(
+                    "cannot claim a batch: a dependency is unreachable; claiming one by one",
+                    extra={"jobs": len(first), "error": str(exc)[:200]},
+                )
+            else:
+                log.exception("claiming a batch failed unexpectedly; claiming one by one")
+            for delivery in first.values():
+                nursery.start_soon(self.claim_one, delivery, nursery)
+            return
+        for started in claimed.started:
+            nursery.start_soon(self.run_started, first[started.job.id], started)
+        for job_id in claimed.skipped:
+            self._settle(first[job_id])
+        for job_id in claimed.retry:
+            nursery.start_soon(self.claim_one, first[job_id], nursery)
+
+    def _settle(self, delivery: Delivery) -> None:
+        self.finish(delivery)
+        self._done()
+
+    async def claim_one(self, delivery: Delivery, nursery: trio.Nursery) -> None:
+        """The slow path of one job the batch could not decide: wait while another worker
+        holds its lease (it expires by itself), while Redis or Postgres is unreachable, or
+        after a re-seeded fence counter, and claim again."""
+        assert delivery.job_id is not None
+        ttl = self.settings.lease_ttl
+        backoff = 0.2
+        try:
+            while True:
+                if self.stopping.is_set():
+                    raise Abandoned(str(delivery.job_id))
+                try:
+                    claimed = await self.producer.claim([delivery.job_id])
+                except (redis.RedisError, psycopg.Error) as exc:
+                    log.warning(
+                        "cannot claim: a dependency is unreachable; waiting",
+                        extra={"job_id": str(delivery.job_id), "error": str(exc)[:200]},
+                    )
+                    await trio.sleep(backoff)
+                    backoff = min(5.0, backoff * 2)
+                    continue
+                if claimed.started:
+                    await self.run_started(delivery, claimed.started[0], release_slot=False)
+                    break
+                if claimed.skipped:
+                    self.finish(delivery)
+                    break
+                if not claimed.reseeded:
+                    await trio.sleep(min(ttl / 2, backoff))
+                    backoff = min(ttl / 2, backoff * 2)
+        except Abandoned:
+            log.info(
+                "message left for redelivery",
+                extra={"partition": delivery.partition, "offset": delivery.offset},
+            )
+        except Exception:  # a bug in this process, not the job's outcome: keep the worker
+            self.unexpected(delivery)
+        finally:
+            self._done()
+
+    def unexpected(self, delivery: Delivery) -> None:
+        metrics.worker_errors.inc()
+        log.exception(
+            "unexpected error handling a message; left uncommitted for redelivery (a claimed "
+            "job comes back through the reaper)",
+            extra={"partition": delivery.partition, "offset": delivery.offset},
+        )
 
     # ------------------------------------------------------------ one job
 
-    async def handle_message(self, partition: int, offset: int, value: bytes | None) -> None:
+    async def run_started(
+        self, delivery: Delivery, started: Started, *, release_slot: bool = True
+    ) -> None:
         try:
-            await self._handle_message(partition, offset, value)
-        except Abandoned:
-            log.info(
-                "message left for redelivery", extra={"partition": partition, "offset": offset}
-            )
-            return
+            completion = await self.execute(started)
+            finished = await self.completer.complete(completion, started.claim)
+            self.record(started.job, completion.outcome, finished)
+            self.finish(delivery)
         except Exception:  # a bug in this process, not the job's outcome: keep the worker
-            metrics.worker_errors.inc()
-            log.exception(
-                "unexpected error handling a message; left uncommitted for redelivery (a "
-                "claimed job comes back through the reaper)",
-                extra={"partition": partition, "offset": offset},
-            )
-            return
-        self.tracker.finish(partition, offset)
-        self.commit_wanted.set()
-
-    async def _handle_message(self, partition: int, offset: int, value: bytes | None) -> None:
-        try:
-            job_id = uuid.UUID(json.loads(value or b"")["job_id"])
-        except (ValueError, KeyError, TypeError):
-            log.error(
-                "undecodable message skipped",
-                extra={"partition": partition, "offset": offset, "value": repr(value)[:200]},
-            )
-            metrics.redeliveries_skipped.labels("undecodable").inc()
-            return
-        await self.process(job_id)
-
-    async def claim(self, job_id: uuid.UUID) -> tuple[Claim, dict, float] | None:
-        """Take the Redis lease and stamp the job ``running`` under its fence.
-
-        Returns None when the job is not ours to run (not queued: finished, cancelled,
-        running elsewhere, not due). Waits while another worker holds the lease (it expires by
-        itself) and while Redis is unreachable; re-seeds the fence counter when Postgres
-        refuses a token that is not above the stored fence.
-        """
-        ttl = self.settings.lease_ttl
-        backoff = 0.2
-        while True:
-            if self.stopping.is_set():
-                raise Abandoned(str(job_id))
-            try:
-                claimed = await self._claim_once(job_id, ttl)
-            except (redis.RedisError, psycopg.Error) as exc:
-                log.warning(
-                    "cannot claim: a dependency is unreachable; waiting",
-                    extra={"job_id": str(job_id), "error": str(exc)[:200]},
-                )
-                await trio.sleep(backoff)
-                backoff = min(5.0, backoff * 2)
-                continue
-            if claimed == "held":
-                metrics.lease_conflicts.inc()
-                await trio.sleep(min(ttl / 2, backoff))
-                backoff = min(ttl / 2, backoff * 2)
-                continue
-            return claimed
-
-    async def _claim_once(self, job_id: uuid.UUID, ttl: float):
-        """None (not ours to run), "held" (another worker holds the lease) or
-        (claim, job, claim time);
-        loops only after re-seeding a stale fence counter."""
-        while True:
-            current = await self.db.run(store.job_get, job_id)
-            if current is None or current["status"] != Status.QUEUED:
-                reason = "missing" if current is None else current["status"]
-                metrics.redeliveries_skipped.labels(reason).inc()
-                return None
-            if current["type"] not in self.app:
-                await self.defer(current)
-                return None
-            # before the claim is sent: a lower bound of when the lease was set
-            claimed_at = trio.current_time()
-            claim = await self.leases.claim(job_id, self.name, ttl)
-            if claim is None:
-                return "held"
-            stamp = functools.partial(store.job_start, worker=self.name, fence=claim.fence, ttl=ttl)
-            job = await self.db.run(stamp, job_id)
-            if job is not None:
-                return claim, job, claimed_at
-            await self.release(claim)
-            current = await self.db.run(store.job_get, job_id)
-            if current is not None and current["status"] == Status.QUEUED:
-                if current["fence"] >= claim.fence:
-                    floor = await self.db.run(store.fence_max)
-                    seeded = await self.leases.reseed(floor + 1)
-                    metrics.fence_reseeds.inc()
-                    log.error(
-                        "redis handed out a stale fence (counter lost?); stamp refused by "
-                        "postgres, counter re-seeded",
-                        extra={
-                            "job_id": str(job_id),
-                            "token": claim.fence,
-                            "stored_fence": current["fence"],
-                            "reseeded_to": seeded,
-                        },
-                    )
-                continue
-
-    async def defer(self, job: dict) -> None:
-        """A type this worker's app does not define (a rolling deploy: a newer worker will):
-        put the job back for later, spending no attempt, rather than killing it."""
-        reason = (
-            f"deferred by {self.name}: its app ({self.app.name}) does not define type "
-            f"{job['type']!r}; a worker whose app does will run it"
-        )
-        defer = functools.partial(
-            store.job_defer,
-            base=self.settings.retry_base,
-            cap=self.settings.retry_cap,
-            reason=reason,
-        )
-        deferred = await self.db.run(defer, job["id"])
-        if deferred is not None:
-            metrics.jobs_deferred.inc()
-            log.warning(
-                "job type not defined by this worker's app; deferred",
-                extra={
-                    "job_id": str(job["id"]),
-                    "type": job["type"],
-                    "deferrals": deferred["deferrals"],
-                    "run_at": deferred["run_at"].isoformat(),
-                },
-            )
-
-    async def release(self, claim: Claim) -> None:
-        try:
-            await self.leases.release(claim)
-        except redis.RedisError as exc:
-            # the lease expires by itself within its TTL
-            log.warning(
-                "lease release failed", extra={"job_id": str(claim.job_id), "error": str(exc)[:200]}
-            )
-
-    async def process(self, job_id: uuid.UUID) -> None:
-        claimed = await self.claim(job_id)
-        if claimed is None:
-            return
-        claim, job, claimed_at = claimed
-        try:
-            await self.run_claimed(job, claim, claimed_at)
+            self.unexpected(delivery)
         finally:
-            await self.release(claim)
+            if release_slot:
+                self._done()
 
-    async def run_claimed(self, job: dict, claim: Claim, claimed_at: float) -> None:
-        job_id = job["id"]
-        fence = job["fence"]
-        metrics.scheduling_delay.observe(
-            max(0.0, (job["started_at"] - job["run_at"]).total_seconds())
-        )
-        job_type = self.app.get(job["type"])
+    async def execute(self, started: Started) -> store.Completion:
+        """Run the handler under its two scopes (lease deadline, job timeout) and turn what
+        happened into the completion the completer writes."""
+        job, claim = started.job, started.claim
+        metrics.scheduling_delay.observe(job.scheduling_delay)
+        job_type = self.app.get(job.type)
         assert job_type is not None, "unknown types are deferred before the claim"
         ctx = JobContext(
-            job_id=job_id,
-            type=job["type"],
-            attempt=job["attempt"],
-            max_attempts=job["max_attempts"],
-            fence=fence,
+            job_id=job.id,
+            type=job.type,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            fence=job.fence,
             worker=self.name,
-            payload=job["payload"],
+            payload=job.payload,
         )
         ttl = self.settings.lease_ttl
-        lease_scope = trio.CancelScope(
-            deadline=math.inf if self.unsafe else lease_deadline(claimed_at, ttl)
+        scope = trio.CancelScope(
+            deadline=math.inf if self.unsafe else lease_deadline(started.claimed_at, ttl)
         )
-        running = RunningJob(job_id, fence, lease_scope, claim)
-        self.running[job_id] = running
+        running = RunningJob(claim, scope)
+        self.running[job.id] = running
         metrics.jobs_in_flight.inc()
-        started = trio.current_time()
+        began = trio.current_time()
         handled: HandlerResult | None = None
         timed_out = False
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.heartbeat, running)
-                with lease_scope:
-                    with trio.move_on_after(job["timeout_seconds"]) as timeout_scope:
-                        handled = await call_handler(job_type, ctx)
-                    timed_out = timeout_scope.cancelled_caught
-                nursery.cancel_scope.cancel()
+            with scope:
+                with trio.move_on_after(job.timeout_seconds) as timeout_scope:
+                    handled = await call_handler(job_type, ctx)
+                timed_out = timeout_scope.cancelled_caught
         finally:
+            running.completing = True
             metrics.jobs_in_flight.dec()
-            self.running.pop(job_id, None)
-        metrics.execution_seconds.labels(metrics.type_label(job["type"])).observe(
-            trio.current_time() - started
+            self.running.pop(job.id, None)
+        metrics.execution_seconds.labels(metrics.type_label(job.type)).observe(
+            trio.current_time() - began
         )
-        if lease_scope.cancelled_caught and running.reason is None:
-            running.reason = "lease"
+        if scope.cancelled_caught and running.reason is None:
+            running.reason = CancelReason.LEASE
             metrics.lease_loss_cancellations.inc()
         outcome = self.outcome_of(job, handled, timed_out, running.reason)
-        await self.finish(job, outcome, ctx.effects if outcome.status == Status.SUCCEEDED else [])
+        effects = tuple(ctx.effects) if outcome.status == Status.SUCCEEDED else ()
+
+        def effect_failed(exc: Exception) -> store.Outcome:
+            error = f"a fenced effect raised {describe(exc)}"
+            return self.retry_outcome(job, error, permanent=job_type.is_permanent(exc))
+
+        return store.Completion(job.id, job.fence, outcome, effects, effect_failed)
 
     def outcome_of(
         self,
-        job: dict,
+        job: Job,
         handled: HandlerResult | None,
         timed_out: bool,
-        cancelled_by: str | None,
+        cancelled_by: CancelReason | None,
     ) -> store.Outcome:
         """The attempt's outcome: ``handled`` is None when a scope cut the handler short."""
-        if cancelled_by == "request":
+        if cancelled_by == CancelReason.REQUEST:
             return store.Outcome(Status.CANCELLED, "cancelled on request while running")
         permanent = False
-        if cancelled_by == "lease":
+        if cancelled_by == CancelReason.LEASE:
             error = "lease lost: handler cancelled at its lease deadline"
-        elif cancelled_by == "shutdown":
+        elif cancelled_by == CancelReason.SHUTDOWN:
             error = "worker shut down before the handler finished"
         elif timed_out or handled is None:
-            error = f"timed out after {job['timeout_seconds']}s"
+            error = f"timed out after {job.timeout_seconds}s"
         elif handled.ok:
             return store.Outcome(Status.SUCCEEDED, result=handled.result)
         else:
             error, permanent = handled.error, handled.permanent
         return self.retry_outcome(
-            job, error, permanent=permanent, immediate=cancelled_by == "shutdown"
+            job, error, permanent=permanent, immediate=cancelled_by == CancelReason.SHUTDOWN
         )
 
     def retry_outcome(
-        self, job: dict, error: str, *, permanent: bool = False, immediate: bool = False
+        self, job: Job, error: str, *, permanent: bool = False, immediate: bool = False
     ) -> store.Outcome:
         """``failed`` with the job's own backoff (else the settings'), or ``dead``."""
         decision = retry_or_dead(
-            job["attempt"],
-            job["max_attempts"],
-            job["retry_base"] or self.settings.retry_base,
-            job["retry_cap"] or self.settings.retry_cap,
+            job.attempt,
+            job.max_attempts,
+            job.retry_base or self.settings.retry_base,
+            job.retry_cap or self.settings.retry_cap,
             permanent=permanent,
             immediate=immediate,
         )
         return store.Outcome(decision.status, error, retry_in=decision.delay)
 
-    async def finish(self, job: dict, outcome: store.Outcome, effects: list) -> None:
-        job_id, fence = job["id"], job["fence"]
-
-        finish_write = store.job_finish_unfenced if self.unsafe else store.job_finish
-        definition = self.app.get(job["type"])
-
-        def effect_failed(exc: Exception) -> store.Outcome:
-            error = f"a fenced effect raised {describe(exc)}"
-            permanent = definition is not None and definition.is_permanent(exc)
-            return self.retry_outcome(job, error, permanent=permanent)
-
-        def write(conn: psycopg.Connection) -> dict:
-            row = finish_write(
-                conn,
-                job_id,
-                fence,
-                outcome,
-                dlq_topic=self.settings.topic_dlq,
-                effects=effects,
-                effect_failed=effect_failed,
+    def record(self, job: Job, intended: store.Outcome, finished: Finished) -> None:
+        """Metrics and the log line of one written (or fence-rejected) outcome."""
+        if finished.rejected:
+            metrics.fence_rejections.inc()
+            log.warning(
+                "fenced write rejected: a newer claim holds the job; nothing committed",
+                extra={"job_id": str(job.id), "fence": job.fence},
             )
-            if row is None:
-                raise FenceRejected(f"job {job_id}: fence {fence} no longer holds")
-            return row
-
-        job_type = metrics.type_label(job["type"])
-        while True:
-            try:
-                written = await self.db.run(write)
-                # an effect that raised changed the outcome on the way
-                outcome = store.Outcome(Status(written["status"]), written["last_error"])
-                break
-            except FenceRejected:
-                metrics.fence_rejections.inc()
-                log.warning(
-                    "fenced write rejected: a newer claim holds the job; nothing committed",
-                    extra={"job_id": str(job_id), "fence": fence},
-                )
-                return
-            except psycopg.Error as exc:
-                # the outcome is not durable yet: keep trying; the offset stays uncommitted
-                log.warning(
-                    "could not record outcome; retrying",
-                    extra={"job_id": str(job_id), "error": str(exc)[:300]},
-                )
-                await trio.sleep(1.0)
-        metrics.jobs_executed.labels(job_type, str(outcome.status)).inc()
-        if outcome.status == Status.FAILED:
+            return
+        status = finished.status
+        job_type = metrics.type_label(job.type)
+        metrics.jobs_executed.labels(job_type, str(status)).inc()
+        if status == Status.FAILED:
             metrics.retries.labels(job_type).inc()
-        elif outcome.status == Status.DEAD:
+        elif status == Status.DEAD:
             metrics.dead_letters.labels(job_type).inc()
-        log.info(
-            "job finished",
-            extra={
-                "job_id": str(job_id),
-                "status": str(outcome.status),
-                "attempt": job["attempt"],
-                "fence": fence,
-                "error": outcome.error,
-            },
-        )
-
-    async def heartbeat(self, running: RunningJob) -> None:
-        """Renew the lease every TTL/3 and move the handler's deadline forward on success;
-        cancel the handler when the lease is gone or a cancel was requested. A renewal that
-        fails leaves the deadline where it was: it cancels if renewals keep failing."""
-        ttl = self.settings.lease_ttl
-        while True:
-            await trio.sleep(ttl / 3)
-            sent = trio.current_time()
-            try:
-                held = await self.leases.renew(running.claim, ttl)
-                ours, cancel_requested = await self.db.run(
-                    store.job_heartbeat, running.job_id, running.fence, ttl
-                )
-            except (redis.RedisError, psycopg.Error) as exc:
-                metrics.lease_renewals.labels("error").inc()
-                log.warning(
-                    "lease renewal failed",
-                    extra={"job_id": str(running.job_id), "error": str(exc)[:200]},
-                )
-                continue
-            metrics.lease_renewal_seconds.observe(trio.current_time() - sent)
-            if not (held and ours):
-                metrics.lease_renewals.labels("lost").inc()
-                if self.unsafe:
-                    continue  # a plain TTL lease does not notice that it lost the job
-                log.warning(
-                    "lease lost; cancelling the handler",
-                    extra={"job_id": str(running.job_id), "fence": running.fence},
-                )
-                running.reason = "lease"
-                metrics.lease_loss_cancellations.inc()
-                running.scope.cancel()
-                return
-            metrics.lease_renewals.labels("ok").inc()
-            if cancel_requested:
-                running.reason = "request"
-                running.scope.cancel()
-                return
-            if not self.unsafe:
-                running.scope.deadline = lease_deadline(sent, ttl)
+        if status != Status.SUCCEEDED or log.isEnabledFor(logging.DEBUG):
+            log.info(
+                "job finished",
+                extra={
+                    "job_id": str(job.id),
+                    "status": str(status),
+                    "attempt": job.attempt,
+                    "fence": job.fence,
+                    "error": intended.error if status == intended.status else "an effect raised",
+                },
+            )
 
     # ------------------------------------------------------------ the loop
 
@@ -496,53 +463,62 @@ class Worker:
             )
         )
         graceful = self.settings.shutdown_timeout * 0.75
-        async with trio.open_nursery() as jobs:
-            async with trio.open_nursery() as background:
-                background.start_soon(self.commit_loop)
+        async with trio.open_nursery() as background:
+            await background.start(self.completer.run)
+            background.start_soon(self.heartbeat.run)
+            background.start_soon(self.offsets_loop)
+            async with trio.open_nursery() as jobs:
                 await self.poll_until(stopping, jobs)
                 # drain: running jobs get most of the shutdown timeout, then are cancelled
                 with trio.move_on_after(graceful):
                     await self.idle.wait()
                 for running in list(self.running.values()):
-                    running.reason = "shutdown"
-                    running.scope.cancel()
+                    running.cancel(CancelReason.SHUTDOWN)
                 await self.idle.wait()
-                await self.commit_ready()
-                background.cancel_scope.cancel()
+            await self.store_offsets()
+            await self.commit_now()
+            background.cancel_scope.cancel()
         await trio.to_thread.run_sync(consumer.close)
         self.consumer = None
+
+    async def take_slots(self) -> int:
+        """Wait for at least one free slot, then take every free one (up to MAX_POLL)."""
+        await self.slots.acquire()
+        taken = 1
+        while taken < MAX_POLL:
+            try:
+                self.slots.acquire_nowait()
+            except trio.WouldBlock:
+                break
+            taken += 1
+        return taken
 
     async def poll_until(self, stopping: Stopping, jobs: trio.Nursery) -> None:
         consumer = self.consumer
         assert consumer is not None
         while not stopping.is_set():
-            await self.capacity.acquire()
+            free = await self.take_slots()
             try:
-                message = await trio.to_thread.run_sync(
-                    consumer.poll, 0.5, limiter=self.poll_limiter
+                messages = await trio.to_thread.run_sync(
+                    receive, consumer, free, limiter=self.poll_limiter
                 )
             except BaseException:
-                self.capacity.release()
+                for _ in range(free):
+                    self.slots.release()
                 raise
-            if message is None:
-                self.capacity.release()
-                continue
-            if message.error() is not None:
-                self.capacity.release()
-                log.warning("consumer error", extra={"error": str(message.error())})
-                continue
-            partition, offset = message.partition(), message.offset()
-            self.tracker.start(partition, offset)
-            jobs.start_soon(self._run_and_release, partition, offset, message.value())
+            deliveries = []
+            for message in messages:
+                if message.error() is not None:
+                    log.warning("consumer error", extra={"error": str(message.error())})
+                    continue
+                deliveries.append(self.arrived(message))
+            for _ in range(free - len(deliveries)):
+                self.slots.release()
+            if deliveries:
+                self._taken(len(deliveries))
+                jobs.start_soon(self.handle_batch, deliveries, jobs)
 
-    async def _run_and_release(self, partition: int, offset: int, value: bytes | None) -> None:
-        if self.active == 0:
-            self.idle = trio.Event()
-        self.active += 1
-        try:
-            await self.handle_message(partition, offset, value)
-        finally:
-            self.capacity.release()
-            self.active -= 1
-            if self.active == 0:
-                self.idle.set()
+    def arrived(self, message: Message) -> Delivery:
+        partition, offset = message.partition(), message.offset()
+        self.tracker.start(partition, offset)
+        return Delivery(partition, offset, decode(message.value()))

@@ -107,7 +107,7 @@ def test_kafka_properties_advertise_the_proxies_and_keep_internal_traffic_direct
         "transaction.state.log.min.isr": "2",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
-        "num.network.threads": "2",
+        "num.network.threads": "1",
         "num.io.threads": "2",
     }.items():
         assert p[key] == value, key

@@ -1,0 +1,55 @@
+"""The job as code past the store sees it: a typed record built from a row."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from leasework.states import Status
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: uuid.UUID
+    type: str
+    payload: Any
+    status: Status
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    timeout_seconds: int
+    fence: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    idempotency_key: str | None
+    ordering_key: str | None
+    last_error: str | None
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: Any
+    retry_base: float | None
+    retry_cap: float | None
+    deferrals: int
+    attempt_budget: int
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        values = {name: row[name] for name in COLUMN_NAMES}
+        values["status"] = Status(values["status"])
+        return cls(**values)
+
+    @property
+    def scheduling_delay(self) -> float:
+        """Seconds from when it was due to when this attempt started (the SLI)."""
+        if self.started_at is None:
+            return 0.0
+        return max(0.0, (self.started_at - self.run_at).total_seconds())
+
+
+COLUMN_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Job))
+COLUMNS = ", ".join(COLUMN_NAMES)
