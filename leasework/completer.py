@@ -24,7 +24,7 @@ import psycopg
 import redis
 import trio
 
-from leasework import store
+from leasework import metrics, store
 from leasework.db import Database
 from leasework.lease import Claim, Leases
 from leasework.states import Status
@@ -78,8 +78,12 @@ class Completer:
     async def complete(self, completion: store.Completion, claim: Claim) -> Finished:
         """Queue ``completion`` for the next batch and wait until it is durable."""
         waiting = _Waiting(completion, claim)
-        self._send.send_nowait(waiting)
-        await waiting.done.wait()
+        metrics.completer_waiting.inc()
+        try:
+            self._send.send_nowait(waiting)
+            await waiting.done.wait()
+        finally:
+            metrics.completer_waiting.dec()
         assert waiting.finished is not None
         return waiting.finished
 
@@ -102,6 +106,7 @@ class Completer:
                 )
                 await trio.sleep(RETRY_PAUSE)
         self.flushes += 1
+        metrics.completer_batch_size.observe(len(batch))
         results = []
         for waiting in batch:
             waiting.finished = Finished(

@@ -104,3 +104,12 @@ worker_errors = Counter(
     "leasework_worker_errors",
     "Messages whose handling hit an unexpected error (a bug): left uncommitted, the worker lives",
 )
+completer_waiting = Gauge(
+    "leasework_completer_waiting",
+    "Outcomes handed to the completer and not yet durable (waiting for, or in, a batch)",
+)
+completer_batch_size = Histogram(
+    "leasework_completer_batch_size",
+    "Outcomes per completer write",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200),
+)
