@@ -1,0 +1,228 @@
+"""The worker's services driven one batch at a time against the real Postgres and Redis, no
+Kafka: the producer's claim, the completer's flush, the heartbeat's tick. Jobs are made
+``queued`` without an outbox row, so no worker of the stack ever hears of them, and with a
+long lease, so the stack's reaper leaves them alone."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from chaos.stack.layout import POSTGRES_DIRECT_DSN, REDIS_PORT
+from leasework import store
+from leasework.completer import Completer
+from leasework.db import Database
+from leasework.demo import app as demo_app
+from leasework.heartbeat import CancelReason, Heartbeat, RunningJob
+from leasework.lease import Leases, lease_key
+from leasework.producer import Producer, Skip
+from leasework.states import Status
+
+TTL = 60.0
+
+
+@pytest.fixture
+async def db(stack) -> AsyncIterator[Database]:
+    database = Database(POSTGRES_DIRECT_DSN, max_size=4)
+    await database.open()
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def leases(stack) -> Leases:
+    return Leases("127.0.0.1", REDIS_PORT)
+
+
+@pytest.fixture
+def producer(db: Database, leases: Leases) -> Producer:
+    return Producer(
+        db, leases, demo_app, name="test-producer", ttl=TTL, retry_base=1.0, retry_cap=10.0
+    )
+
+
+async def make_jobs(db: Database, job_type: str = "ledger", count: int = 1, **fields) -> list:
+    """``count`` jobs, queued, with no outbox row (invisible to the stack's workers)."""
+    requests = [
+        {"id": str(uuid.uuid4()), "type": job_type, "payload": {}, "delay_seconds": 3600}
+        for _ in range(count)
+    ]
+
+    def write(conn) -> list[uuid.UUID]:
+        rows = conn.execute(
+            "SELECT id FROM leasework_jobs_insert(%s::jsonb)", (json.dumps(requests),)
+        ).fetchall()
+        ids = [r["id"] for r in rows]
+        sets = ", ".join(f"{k} = %({k})s" for k in fields)
+        conn.execute(
+            f"UPDATE jobs SET status = 'queued', run_at = now(){', ' + sets if sets else ''} "
+            "WHERE id = ANY(%(ids)s)",
+            {"ids": ids, **fields},
+        )
+        return ids
+
+    return await db.run(write)
+
+
+async def job(db: Database, job_id: uuid.UUID):
+    (found,) = await db.run(store.jobs_get_many, [job_id])
+    return found
+
+
+# ---------------------------------------------------------------- the producer
+
+
+async def test_one_claim_starts_what_it_can_and_says_why_for_the_rest(db, leases, producer):
+    runnable = await make_jobs(db, count=3)
+    (finished,) = await make_jobs(db)
+    await db.run(
+        lambda c: c.execute("UPDATE jobs SET status = 'succeeded' WHERE id = %s", (finished,))
+    )
+    (unknown,) = await make_jobs(db, job_type="type-no-app-defines")
+    (held,) = await make_jobs(db)
+    other = (await leases.claim_many([held], "another-worker", TTL))[0]
+    missing = uuid.uuid4()
+
+    claimed = await producer.claim([*runnable, finished, unknown, held, missing])
+
+    assert sorted(s.job.id for s in claimed.started) == sorted(runnable)
+    fences = [s.claim.fence for s in claimed.started]
+    assert len(set(fences)) == 3
+    for started in claimed.started:
+        assert started.job.status == Status.RUNNING and started.job.fence == started.claim.fence
+        assert started.job.attempt == 1
+    assert claimed.skipped == {
+        finished: Skip.NOT_QUEUED,
+        unknown: Skip.DEFERRED,
+        missing: Skip.MISSING,
+    }
+    assert claimed.retry == [held]  # another worker holds it: the slow path waits for it
+    deferred = await job(db, unknown)
+    assert deferred.status == Status.SCHEDULED and deferred.deferrals == 1
+    assert deferred.attempt == 0 and "does not define type" in deferred.last_error
+    await leases.release_many([other, *(s.claim for s in claimed.started)])
+
+
+async def test_a_stale_fence_is_refused_by_postgres_and_the_counter_reseeded(db, leases, producer):
+    counter = int(await trio.to_thread.run_sync(leases.client.get, "leasework:fence") or 0)
+    (job_id,) = await make_jobs(db, fence=counter + 1000)  # Postgres has seen a larger fence
+    first = await producer.claim([job_id])
+    assert first.started == [] and first.retry == [job_id] and first.reseeded
+    assert not await trio.to_thread.run_sync(leases.client.exists, lease_key(job_id))
+    second = await producer.claim([job_id])
+    (started,) = second.started
+    assert started.claim.fence > counter + 1000
+    await leases.release_many([started.claim])
+
+
+# ---------------------------------------------------------------- the completer
+
+
+def effect_row(job_id: uuid.UUID, fence: int):
+    def write(conn) -> None:
+        conn.execute(
+            "INSERT INTO effects (job_id, fence, kind) VALUES (%s, %s, 'service-test')",
+            (job_id, fence),
+        )
+
+    return write
+
+
+def broken_effect(conn) -> None:
+    conn.execute("INSERT INTO effects (job_id, fence, kind) VALUES (NULL, 0, 'broken')")
+
+
+async def effects_of(db: Database, job_id: uuid.UUID) -> int:
+    row = await db.run(
+        lambda c: c.execute(
+            "SELECT count(*) AS n FROM effects WHERE job_id = %s", (job_id,)
+        ).fetchone()
+    )
+    return row["n"]
+
+
+async def test_one_flush_fences_each_row_on_its_own(db, leases, producer):
+    ids = await make_jobs(db, count=4)
+    claimed = await producer.claim(ids)
+    by_id = {s.job.id: s for s in claimed.started}
+    ok, broken, stale, doomed = ids
+    # a newer claim took `stale` meanwhile: its fence moved on
+    await db.run(lambda c: c.execute("UPDATE jobs SET fence = fence + 1 WHERE id = %s", (stale,)))
+
+    def completion(job_id, outcome, effects=()):
+        return store.Completion(job_id, by_id[job_id].claim.fence, outcome, tuple(effects))
+
+    succeeded = store.Outcome(Status.SUCCEEDED, result={"ok": True})
+    completer = Completer(db, leases, dlq_topic="jobs.dlq")
+    results = {}
+
+    async def complete(c: store.Completion) -> None:
+        results[c.job_id] = await completer.complete(c, by_id[c.job_id].claim)
+
+    async with trio.open_nursery() as background:
+        await background.start(completer.run)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as waiters:
+                for c in (
+                    completion(ok, succeeded, [effect_row(ok, by_id[ok].claim.fence)]),
+                    completion(broken, succeeded, [effect_row(broken, 0), broken_effect]),
+                    completion(stale, succeeded, [effect_row(stale, 0)]),
+                    completion(doomed, store.Outcome(Status.DEAD, "gave up")),
+                ):
+                    waiters.start_soon(complete, c)
+        background.cancel_scope.cancel()
+    assert completer.flushes == 1  # one transaction for the four of them
+    assert results[ok].status == Status.SUCCEEDED and await effects_of(db, ok) == 1
+    # the failing effect undid its job's effects, made its attempt fail, and only its own
+    assert results[broken].status == Status.FAILED and await effects_of(db, broken) == 0
+    assert "a fenced effect raised" in (await job(db, broken)).last_error
+    # the stale fence: rejected, its effect never ran
+    assert results[stale].rejected and await effects_of(db, stale) == 0
+    assert (await job(db, stale)).status == Status.RUNNING
+    assert results[doomed].status == Status.DEAD
+    dlq = await db.run(
+        lambda c: c.execute(
+            "SELECT topic, headers FROM outbox WHERE job_id = %s", (doomed,)
+        ).fetchall()
+    )
+    assert [r["topic"] for r in dlq] == ["jobs.dlq"] and dlq[0]["headers"][
+        "last_error"
+    ] == "gave up"
+    assert (await job(db, ok)).result == {"ok": True}
+    # the batch's leases were released in one call
+    for job_id in ids:
+        assert not await trio.to_thread.run_sync(leases.client.exists, lease_key(job_id))
+
+
+# ---------------------------------------------------------------- the heartbeat
+
+
+async def test_one_tick_renews_moves_deadlines_and_cancels_only_whom_it_must(db, leases, producer):
+    ids = await make_jobs(db, count=3)
+    claimed = await producer.claim(ids)
+    by_id = {s.job.id: s for s in claimed.started}
+    kept, lost, cancelled = ids
+    await trio.to_thread.run_sync(leases.client.delete, lease_key(lost))
+    await leases.claim_many([lost], "thief", TTL)
+    await db.run(
+        lambda c: c.execute("UPDATE jobs SET cancel_requested = true WHERE id = %s", (cancelled,))
+    )
+    running = {
+        job_id: RunningJob(by_id[job_id].claim, trio.CancelScope(deadline=trio.current_time() + 1))
+        for job_id in ids
+    }
+    beat = Heartbeat(db, leases, lambda: list(running.values()), ttl=TTL)
+    before = trio.current_time()
+    tick = await beat.run_once()
+    assert (tick.renewed, tick.lost, tick.cancel_requested) == (1, 1, 1)
+    assert running[kept].scope.deadline > before + TTL / 2 and not running[kept].scope.cancel_called
+    assert running[lost].reason == CancelReason.LEASE and running[lost].scope.cancel_called
+    assert running[cancelled].reason == CancelReason.REQUEST
+    kept_job = await job(db, kept)
+    assert (kept_job.lease_expires_at - kept_job.updated_at).total_seconds() > TTL / 2
+    await leases.release_many([by_id[kept].claim, by_id[cancelled].claim])
+    await trio.to_thread.run_sync(leases.client.delete, lease_key(lost))
