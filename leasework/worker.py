@@ -469,17 +469,21 @@ class Worker:
             background.start_soon(self.offsets_loop)
             async with trio.open_nursery() as jobs:
                 await self.poll_until(stopping, jobs)
-                # drain: running jobs get most of the shutdown timeout, then are cancelled
-                with trio.move_on_after(graceful):
-                    await self.idle.wait()
-                for running in list(self.running.values()):
-                    running.cancel(CancelReason.SHUTDOWN)
-                await self.idle.wait()
+                await self.drain(graceful)
             await self.store_offsets()
             await self.commit_now()
             background.cancel_scope.cancel()
         await trio.to_thread.run_sync(consumer.close)
         self.consumer = None
+
+    async def drain(self, graceful: float) -> None:
+        """Running jobs get ``graceful`` seconds to finish; then each is cancelled (recorded
+        ``failed`` for an immediate retry) and its outcome written before this returns."""
+        with trio.move_on_after(graceful):
+            await self.idle.wait()
+        for running in list(self.running.values()):
+            running.cancel(CancelReason.SHUTDOWN)
+        await self.idle.wait()
 
     async def take_slots(self) -> int:
         """Wait for at least one free slot, then take every free one (up to MAX_POLL)."""
