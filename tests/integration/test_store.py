@@ -1,0 +1,194 @@
+"""The store's statements on the real Postgres, River-style: each test runs in a transaction
+that is rolled back at the end, so nothing it writes is ever seen by the stack's processes,
+and a small factory makes jobs in any state. The fenced finish, the reaper, the promoter, the
+pruner, deferral, cancel and retry are each driven once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from leasework import store
+from leasework.job import Job
+from leasework.states import IllegalTransition, Status
+from tests.integration.conftest import DIRECT_DSN
+
+
+@pytest.fixture
+def conn(stack) -> Iterator[psycopg.Connection]:
+    """A connection inside a transaction that is rolled back after the test."""
+    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as connection:
+        yield connection
+        connection.rollback()
+
+
+def make_job(conn: psycopg.Connection, status: Status = Status.QUEUED, **fields: Any) -> Job:
+    """A job in ``status`` with ``fields`` set (SQL expressions as ``sql_<column>``)."""
+    row = {
+        "id": uuid.uuid4(),
+        "type": "noop",
+        "payload": "{}",
+        "status": str(status),
+        "max_attempts": 3,
+        "attempt_budget": 3,
+        "timeout_seconds": 60,
+        **{k: v for k, v in fields.items() if not k.startswith("sql_")},
+    }
+    expressions = {k.removeprefix("sql_"): v for k, v in fields.items() if k.startswith("sql_")}
+    columns = [*row, *expressions]
+    values = [f"%({k})s" for k in row] + list(expressions.values())
+    if "run_at" not in columns:
+        columns.append("run_at")
+        values.append("now()")
+    found = conn.execute(
+        f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join(values)}) "
+        f"RETURNING {store.JOB_COLUMNS}",
+        row,
+    ).fetchone()
+    return Job.from_row(found)
+
+
+def reread(conn: psycopg.Connection, job: Job) -> Job:
+    return store.jobs_get_many(conn, [job.id])[0]
+
+
+def running(conn: psycopg.Connection, **fields: Any) -> Job:
+    job = make_job(conn, Status.RUNNING, **{"fence": 7, "attempt": 1, "lease_owner": "w", **fields})
+    conn.execute(
+        "INSERT INTO attempts (job_id, attempt, worker, fence) VALUES (%s, %s, 'w', %s)",
+        (job.id, job.attempt, job.fence),
+    )
+    return job
+
+
+def outbox_of(conn: psycopg.Connection, job: Job) -> list[dict]:
+    return conn.execute(
+        "SELECT topic, key, value, headers FROM outbox WHERE job_id = %s ORDER BY id", (job.id,)
+    ).fetchall()
+
+
+def test_the_fenced_finish_writes_only_the_rows_whose_fence_holds(conn):
+    current, stale, waiting = running(conn), running(conn), make_job(conn)
+    done = store.jobs_finish_many(
+        conn,
+        [
+            store.Completion(current.id, 7, store.Outcome(Status.SUCCEEDED, result=[1, 2])),
+            store.Completion(stale.id, 6, store.Outcome(Status.SUCCEEDED)),  # an older claim
+            store.Completion(waiting.id, 0, store.Outcome(Status.SUCCEEDED)),  # not running
+        ],
+        dlq_topic="jobs.dlq",
+    )
+    assert done == {current.id: Status.SUCCEEDED}
+    finished = reread(conn, current)
+    assert finished.status == Status.SUCCEEDED and finished.result == [1, 2]
+    assert finished.finished_at is not None and finished.lease_owner is None
+    attempt = conn.execute("SELECT outcome FROM attempts WHERE job_id = %s", (current.id,))
+    assert attempt.fetchone()["outcome"] == "succeeded"
+    assert reread(conn, stale).status == Status.RUNNING
+
+
+def test_a_failed_attempt_waits_for_its_retry_and_a_dead_one_is_dead_lettered(conn):
+    retried, doomed = running(conn), running(conn)
+    store.jobs_finish_many(
+        conn,
+        [
+            store.Completion(retried.id, 7, store.Outcome(Status.FAILED, "boom", retry_in=30)),
+            store.Completion(doomed.id, 7, store.Outcome(Status.DEAD, "gave up")),
+        ],
+        dlq_topic="jobs.dlq",
+    )
+    waiting = reread(conn, retried)
+    assert waiting.status == Status.FAILED and waiting.last_error == "boom"
+    assert 25 < (waiting.run_at - waiting.updated_at).total_seconds() <= 30
+    (letter,) = outbox_of(conn, doomed)
+    assert letter["topic"] == "jobs.dlq" and letter["headers"]["last_error"] == "gave up"
+    assert letter["value"]["job_id"] == str(doomed.id)
+
+
+def test_an_outcome_running_cannot_reach_is_refused_before_any_write(conn):
+    job = running(conn)
+    with pytest.raises(IllegalTransition):
+        store.jobs_finish_many(
+            conn, [store.Completion(job.id, 7, store.Outcome(Status.QUEUED))], dlq_topic="d"
+        )
+
+
+def test_the_reaper_requeues_expired_leases_with_backoff_and_kills_the_last_attempt(conn):
+    expired = running(conn, sql_lease_expires_at="now() - interval '1 minute'")
+    last = running(
+        conn, attempt=3, sql_lease_expires_at="now() - interval '1 minute'", max_attempts=3
+    )
+    live = running(conn, sql_lease_expires_at="now() + interval '1 minute'")
+    reaped = {
+        r["id"]: r["status"]
+        for r in store.jobs_reap_expired(
+            conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="jobs.dlq"
+        )
+    }
+    assert reaped[expired.id] == "failed" and reaped[last.id] == "dead"
+    assert live.id not in reaped
+    again = reread(conn, expired)
+    assert again.fence == 7 and again.lease_owner is None  # the lost worker's fence stays stale
+    assert "expired (fence 7)" in again.last_error
+    assert (again.run_at - again.updated_at).total_seconds() <= 1.0  # its own backoff: 1 s
+    attempt = conn.execute("SELECT outcome FROM attempts WHERE job_id = %s", (expired.id,))
+    assert attempt.fetchone()["outcome"] == "lease_expired"
+    assert outbox_of(conn, last)[0]["topic"] == "jobs.dlq"
+
+
+def test_the_promoter_queues_due_jobs_with_their_wake_up_and_leaves_the_rest(conn):
+    due = make_job(conn, Status.SCHEDULED, sql_run_at="now() - interval '1 second'")
+    retry = make_job(conn, Status.FAILED, attempt=1, sql_run_at="now() - interval '1 second'")
+    later = make_job(conn, Status.SCHEDULED, sql_run_at="now() + interval '1 hour'")
+    finished = make_job(conn, Status.DEAD, sql_run_at="now() - interval '1 second'")
+    store.jobs_promote_due(conn, 100_000, "jobs.ready")
+    assert reread(conn, due).status == Status.QUEUED
+    assert reread(conn, retry).status == Status.QUEUED
+    assert reread(conn, later).status == Status.SCHEDULED
+    assert reread(conn, finished).status == Status.DEAD  # never offered to the promoter
+    (wake,) = outbox_of(conn, retry)
+    assert wake["value"] == {"job_id": str(retry.id), "type": "noop", "attempt": 2}
+    assert wake["key"] == str(retry.id) and wake["topic"] == "jobs.ready"
+
+
+def test_the_pruner_deletes_finished_jobs_past_retention_with_their_rows(conn):
+    old = make_job(conn, Status.SUCCEEDED, sql_finished_at="now() - interval '3 days'")
+    recent = make_job(conn, Status.SUCCEEDED, sql_finished_at="now() - interval '1 hour'")
+    old_dead = make_job(conn, Status.DEAD, sql_finished_at="now() - interval '3 days'")
+    conn.execute(
+        "INSERT INTO attempts (job_id, attempt, worker, fence) VALUES (%s, 1, 'w', 1)", (old.id,)
+    )
+    store.jobs_prune(conn, Status.SUCCEEDED, 2 * 86400, 100_000)
+    remaining = {j.id for j in store.jobs_get_many(conn, [old.id, recent.id, old_dead.id])}
+    assert remaining == {recent.id, old_dead.id}  # another state, another retention
+    assert (
+        conn.execute("SELECT count(*) AS n FROM attempts WHERE job_id = %s", (old.id,)).fetchone()[
+            "n"
+        ]
+        == 0
+    )
+    with pytest.raises(ValueError, match="only finished jobs"):
+        store.jobs_prune(conn, Status.QUEUED, 1, 1)
+
+
+def test_deferral_cancel_and_retry_move_only_the_states_they_may(conn):
+    queued, running_job = make_job(conn), running(conn)
+    deferred = store.jobs_defer_many(
+        conn, [queued.id, running_job.id], base=1.0, cap=8.0, reason="no type"
+    )
+    assert [j.id for j in deferred] == [queued.id]
+    assert deferred[0].status == Status.SCHEDULED and deferred[0].deferrals == 1
+    assert store.job_cancel(conn, running_job.id).outcome == "requested"  # cooperative
+    assert reread(conn, running_job).cancel_requested
+    dead = make_job(conn, Status.DEAD, attempt=3, max_attempts=3)
+    retried = store.job_retry(conn, dead.id, "jobs.ready")
+    assert retried.outcome == "retried"
+    again = reread(conn, dead)
+    assert again.status == Status.QUEUED and again.max_attempts == 6 and again.attempt == 3
+    assert outbox_of(conn, dead)[0]["value"]["attempt"] == 4
+    assert store.job_retry(conn, running_job.id, "jobs.ready").outcome == "not-retryable"
