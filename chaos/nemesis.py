@@ -30,6 +30,12 @@ not offered: a broker advertises the proxy of the listener a client came in thro
 client follows the advertised address after bootstrap. ``worker-N/mail`` is a link with no
 shared proxy: the worker's calls to the example shop's mail service (``SHOP_MAIL_URL``).
 
+A fault may wait before it starts until the workers it hits are busy (a scenario's
+``wait_for``: a gauge of theirs, summed, at least some value, within a patience); a sigstop,
+sigkill or restart of a worker waits by default for one job in flight. The injection records
+what the wait saw, and the target's gauges at the last scrape before its signal
+(:func:`wait_condition`, :meth:`Nemesis._wait_until_busy`).
+
 Blocking stack calls run in a worker thread, one at a time (:class:`StackCalls`).
 """
 
@@ -49,7 +55,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.history import NEMESIS, NEMESIS_PROCESS, Recorder, nemesis_value
-from chaos.scenario import KAFKA_COORDINATOR, FaultSpec
+from chaos.scenario import KAFKA_COORDINATOR, WAIT_GAUGES, FaultSpec, WaitFor, fault_workers
 from chaos.stack import Stack
 from chaos.stack.layout import (
     HOST,
@@ -74,6 +80,10 @@ START_TIMEOUT = 90.0
 # a worker is hit mid-job: its fault waits (up to this long) until it runs at least one job
 MID_JOB_PATIENCE = 15.0
 MID_JOB_FAULTS = frozenset({"sigstop", "sigkill", "restart"})
+MID_JOB_WAIT = WaitFor("jobs_in_flight", 1.0, MID_JOB_PATIENCE)
+# seconds between scrapes while a fault waits for busy workers (a completer batch lives for
+# tens of milliseconds)
+WAIT_POLL = 0.05
 # upstream ports of the private links that have no shared proxy (chaos.scenario.PRIVATE_LINKS)
 PRIVATE_LINK_PORTS: dict[str, int] = {"mail": SHOP_MAIL_PORT}
 HEAL_ATTEMPTS = 3
@@ -121,6 +131,21 @@ def affected(fault: str, target: str | None) -> str:
     if fault in ("sigstop", "sigkill", "restart"):
         return f"{target} only"
     return str(target)
+
+
+def wait_condition(spec: FaultSpec) -> WaitFor | None:
+    """What a fault waits for before it starts: its own ``wait_for``; else, for a sigstop,
+    sigkill or restart of a worker, one job in flight; else nothing."""
+    if spec.wait_for is not None:
+        return spec.wait_for
+    if spec.fault in MID_JOB_FAULTS and spec.target in WORKER_PORTS:
+        return MID_JOB_WAIT
+    return None
+
+
+def worker_gauges(values: Mapping[str, float]) -> dict[str, float]:
+    """The :data:`chaos.scenario.WAIT_GAUGES` of one scrape, by short name."""
+    return {name: values[metric] for name, metric in WAIT_GAUGES.items() if metric in values}
 
 
 def split_target(target: str | None) -> tuple[str | None, str | None]:
@@ -440,7 +465,14 @@ class Injection:
     healed_at: float | None = None
     in_flight: float | None = None  # jobs the target worker ran when it was hit
     heal_failures: list[str] = field(default_factory=list)  # failed heal attempts, retried
-    waited: float = 0.0  # seconds the fault waited for the worker to run a job
+    waited: float = 0.0  # seconds the fault waited for busy workers (see ``wait``)
+    wait: WaitFor | None = None  # what the start waited for (None: nothing)
+    wait_met: bool | None = None  # whether it came (False: patience ran out first)
+    peak: float | None = None  # the largest value of the awaited gauge seen while waiting
+    # the workers' gauges (summed over the workers the fault hits) at the scrape that ended
+    # the wait, and at the nemesis's last scrape of the target just before its signal
+    seen: dict[str, float] = field(default_factory=dict)
+    at_signal: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.target is None:
@@ -469,8 +501,38 @@ class Injection:
             "affects": affected(self.spec.fault, self.target),
             "in_flight": self.in_flight,
             "waited_for_a_job": round(self.waited, 2),
+            "wait_for": (
+                None
+                if self.wait is None
+                else {
+                    "gauge": self.wait.gauge,
+                    "at_least": self.wait.at_least,
+                    "patience": self.wait.patience,
+                    "met": self.wait_met,
+                    "peak": self.peak,
+                    "workers": list(fault_workers(self.target)),
+                }
+            ),
+            "gauges_seen": dict(self.seen),
+            "gauges_at_signal": dict(self.at_signal),
             "heal_failures": list(self.heal_failures),
         }
+
+    def busy_text(self) -> str:
+        """What the fault met, for the run's log line (empty when it waited for nothing)."""
+        if self.wait is None:
+            return ""
+        seen = ", ".join(f"{k} {v:g}" for k, v in self.seen.items()) or "no gauge readable"
+        text = f"{seen} after waiting {self.waited:.1f}s"
+        if self.wait_met is False:
+            text += (
+                f" (wanted {self.wait.label}: patience ran out, at most {self.peak or 0:g} seen)"
+            )
+        if self.at_signal:
+            text += "; just before the signal: " + ", ".join(
+                f"{k} {v:g}" for k, v in self.at_signal.items()
+            )
+        return text
 
 
 @dataclass
@@ -519,29 +581,53 @@ class Nemesis:
 
     # -------------------------------------------------------- start and stop
 
-    async def _wait_for_a_job(self, injection: Injection) -> None:
-        """A fault on a worker waits until the worker runs a job (or MID_JOB_PATIENCE),
-        so that it hits mid-job instead of, by bad luck, an idle worker."""
-        spec = injection.spec
-        if self.sampler is None or spec.fault not in MID_JOB_FAULTS:
+    async def _busy(self, workers: Sequence[str]) -> dict[str, float] | None:
+        """The wait gauges summed over ``workers`` (scraped now), or None if none answered."""
+        assert self.sampler is not None
+        total: dict[str, float] = {}
+        answered = False
+        for worker in workers:
+            values = await self.sampler.scrape(worker)
+            if values is None:
+                continue
+            answered = True
+            for name, value in worker_gauges(values).items():
+                total[name] = total.get(name, 0.0) + value
+        return total if answered else None
+
+    async def _wait_until_busy(self, injection: Injection) -> None:
+        """A fault waits until the workers it hits are busy as its :func:`wait_condition`
+        says (by default a sigstop, sigkill or restart of a worker waits for a job in
+        flight), or until its patience runs out, so that it hits work instead of, by bad
+        luck, an idle worker. What it saw is recorded in the injection."""
+        wait = wait_condition(injection.spec)
+        if self.sampler is None or wait is None:
             return
-        if spec.target not in WORKER_PORTS:
+        workers = [w for w in fault_workers(injection.target) if w in WORKER_PORTS]
+        if not workers:
             return
+        injection.wait = wait
+        injection.wait_met = False
         started = trio.current_time()
-        with trio.move_on_after(MID_JOB_PATIENCE):
+        with trio.move_on_after(wait.patience):
             while True:
-                values = await self.sampler.scrape(spec.target)
-                if values is not None:
-                    injection.in_flight = values.get("leasework_jobs_in_flight", 0.0)
-                    if injection.in_flight >= 1:
+                seen = await self._busy(workers)
+                if seen is not None:
+                    injection.seen = seen
+                    if "jobs_in_flight" in seen:
+                        injection.in_flight = seen["jobs_in_flight"]
+                    value = seen.get(wait.gauge, 0.0)
+                    injection.peak = max(value, injection.peak or 0.0)
+                    if value >= wait.at_least:
+                        injection.wait_met = True
                         break
-                await trio.sleep(0.1)
+                await trio.sleep(WAIT_POLL)
         injection.waited = trio.current_time() - started
 
     async def inject(self, spec: FaultSpec) -> Injection:
         injection = Injection(len(self.injections), spec)
         self.injections.append(injection)
-        await self._wait_for_a_job(injection)
+        await self._wait_until_busy(injection)
         async with self._lock:
             if spec.fault == "kafka_kill" and spec.target == KAFKA_COORDINATOR:
                 try:
@@ -559,12 +645,8 @@ class Nemesis:
                 self.say(f"nemesis: {injection.label} start FAILED: {injection.start_error}")
             else:
                 self.recorder.complete(op, "ok")
-                busy = (
-                    f", {injection.in_flight:g} job(s) in flight after waiting "
-                    f"{injection.waited:.1f}s"
-                    if injection.in_flight is not None
-                    else ""
-                )
+                busy = injection.busy_text()
+                busy = f", {busy}" if busy else ""
                 self.say(
                     f"nemesis: {injection.label} started "
                     f"({affected(spec.fault, injection.target)}{busy})"
@@ -614,9 +696,14 @@ class Nemesis:
                 await self.heal(injection)
         return [i for i in self.injections if i.started and not i.healed]
 
-    async def _bank(self, process: str) -> None:
-        if self.sampler is not None:
-            await self.sampler.sample(process)
+    async def _bank(self, injection: Injection) -> None:
+        """Scrape the target just before its signal: its counters (a kill loses what the
+        last scrape did not see) and, for a worker, how busy it was."""
+        if self.sampler is None or injection.target is None:
+            return
+        values = await self.sampler.sample(injection.target)
+        if values is not None and injection.wait is not None and injection.target in WORKER_PORTS:
+            injection.at_signal = worker_gauges(values)
 
     async def _restart(self, name: str) -> None:
         env = dict(self.env_for.get(name, {}))
@@ -635,15 +722,15 @@ class Nemesis:
                 await self.toxiproxy.add_toxic(proxy, body)
             return
         if spec.fault == "sigstop":
-            await self._bank(target)
+            await self._bank(injection)
             await self.calls(self.stack.pause, target)
             return
         if spec.fault in ("sigkill", "kafka_kill"):
-            await self._bank(target)
+            await self._bank(injection)
             await self.calls(self.stack.kill, target, signal.SIGKILL)
             return
         if spec.fault == "restart":
-            await self._bank(target)
+            await self._bank(injection)
             await self.calls(self.stack.stop, target)
             return
         if spec.fault == "redis_restart":

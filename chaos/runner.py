@@ -557,6 +557,18 @@ def harness_problems(
                     f"nemesis: {spec.label} could not be healed ({injection.stop_error})",
                 )
             )
+        if spec.wait_for is not None and injection.wait_met is False:
+            peak = injection.peak
+            problems.append(
+                Problem(
+                    "evidence",
+                    UNKNOWN,
+                    f"evidence: {spec.label} at t={spec.at:g}s waited "
+                    f"{spec.wait_for.patience:g}s for {spec.wait_for.label} and saw "
+                    f"{'nothing readable' if peak is None else f'at most {peak:g}'}: it hit "
+                    "without the work it is meant to hit",
+                )
+            )
     if view.failed_then_replayed:
         keys = ", ".join(view.failed_then_replayed[:5])
         problems.append(
@@ -663,7 +675,7 @@ def details_markdown(details: Mapping[str, Any]) -> str:
         )
     lines += ["", "### Faults", ""]
     lines.append(
-        "| # | fault | target | params | started (s) | healed (s) | affects | jobs in flight "
+        "| # | fault | target | params | started (s) | healed (s) | affects | busy when hit "
         "| errors |"
     )
     lines.append("|---|---|---|---|---|---|---|---|---|")
@@ -673,9 +685,7 @@ def details_markdown(details: Mapping[str, Any]) -> str:
         retried = len(inj.get("heal_failures") or ()) - (1 if inj["stop_error"] else 0)
         if retried > 0:
             errors += f" (heal retried {retried}x: {inj['heal_failures'][0].splitlines()[0]})"
-        busy = "–"
-        if inj.get("in_flight") is not None:
-            busy = f"{inj['in_flight']:g} (waited {inj['waited_for_a_job']:.1f}s)"
+        busy = busy_cell(inj)
         lines.append(
             f"| {i} | {inj['fault']} | {_fmt(inj['target'])} | {_fmt(params)} | "
             f"{_fmt(inj['started_at'])} | {_fmt(inj['healed_at'])} | {_fmt(inj['affects'])} | "
@@ -776,6 +786,27 @@ def details_markdown(details: Mapping[str, Any]) -> str:
         f"Run took {details['seconds']:.0f}s (workload {details['workload_seconds']:.0f}s)."
     )
     return "\n".join(lines) + "\n"
+
+
+def busy_cell(inj: Mapping[str, Any]) -> str:
+    """The faults table's "busy when hit" cell: the gauges the fault's wait saw (summed over
+    the workers it hits), how long it waited, and the target's gauges just before its signal."""
+    wait = inj.get("wait_for")
+    if not wait:  # reports from before wait_for: the in-flight count alone
+        if inj.get("in_flight") is None:
+            return "–"
+        return f"{inj['in_flight']:g} in flight (waited {inj['waited_for_a_job']:.1f}s)"
+    seen = inj.get("gauges_seen") or {}
+    text = ", ".join(f"{k} {v:g}" for k, v in seen.items()) or "no gauge readable"
+    text += f" (waited {inj['waited_for_a_job']:.1f}s for {wait['gauge']} ≥ {wait['at_least']:g}"
+    if wait.get("met") is False:
+        text += f"; patience ran out, at most {wait.get('peak') or 0:g} seen)"
+    else:
+        text += ")"
+    at_signal = inj.get("gauges_at_signal") or {}
+    if at_signal:
+        text += "; at the signal: " + ", ".join(f"{k} {v:g}" for k, v in at_signal.items())
+    return text
 
 
 def recovery_rows(verdict: Verdict, drains: Sequence[Drain]) -> list[dict[str, Any]]:

@@ -30,6 +30,16 @@ A scenario file (``scenarios/*.toml``)::
     target = "postgres"
     params = { latency = 500, jitter = 100 }
 
+    [[faults]]
+    at = 50.0
+    duration = 5.0
+    fault = "sigkill"
+    target = "worker-2"
+    # optional, any fault: start only once the workers it hits are this busy (a gauge of
+    # theirs, summed), or after ``patience`` seconds; without it, sigstop, sigkill and
+    # restart of a worker wait for one job in flight (up to 15 s)
+    wait_for = { gauge = "completer_waiting", at_least = 20, patience = 20 }
+
     [random_faults]                # optional: a seeded mix appended to [[faults]]
     seed = 7
     faults = ["latency", "sigkill", "redis_flushall"]
@@ -114,6 +124,15 @@ _TOXIC_ATTRIBUTES: dict[str, dict[str, tuple[float, float, bool]]] = {
     "link_down": {},  # the proxy is disabled: connections refused
 }
 _STREAMS = ("upstream", "downstream", "both")
+# gauges of a worker a fault may wait for (``wait_for``): short name -> metric name
+WAIT_GAUGES: dict[str, str] = {
+    # handlers running now
+    "jobs_in_flight": "leasework_jobs_in_flight",
+    # outcomes handed to the completer and not yet durable (waiting for, or in, a batch)
+    "completer_waiting": "leasework_completer_waiting",
+}
+WORKERS: tuple[str, ...] = ("worker-1", "worker-2")  # the local stack's workers
+_WORKER = re.compile(r"worker-[1-9][0-9]*")
 # faults that are a single instant: their duration may be zero
 _INSTANT_FAULTS = frozenset({"redis_flushall", "sigkill", "restart", "kafka_kill", "redis_restart"})
 
@@ -184,18 +203,48 @@ def target_problem(fault: str, target: str | None) -> str | None:
     return f"{target!r}: {fault} acts on Redis itself; leave target out or write 'redis'"
 
 
+def fault_workers(target: str | None) -> tuple[str, ...]:
+    """The workers whose gauges a fault's ``wait_for`` reads: the worker its target names
+    (``worker-1``, ``worker-1/postgres``, ``kafka-2-worker-1``), else every worker of the
+    stack (a shared link, Redis, a broker, the relay or the api: the workers' state is what
+    the fault meets)."""
+    named = _WORKER.findall(target or "")
+    return (named[-1],) if named else WORKERS
+
+
 # ---------------------------------------------------------------- the model
 
 
 @dataclass(frozen=True)
+class WaitFor:
+    """A fault's precondition: it starts once ``gauge`` (a key of :data:`WAIT_GAUGES`),
+    summed over the workers it hits (:func:`fault_workers`), is at least ``at_least``, or
+    once ``patience`` seconds have passed (the injection records which, and what it saw)."""
+
+    gauge: str
+    at_least: float = 1.0
+    patience: float = 15.0
+
+    @property
+    def metric(self) -> str:
+        return WAIT_GAUGES[self.gauge]
+
+    @property
+    def label(self) -> str:
+        return f"{self.gauge} >= {self.at_least:g}"
+
+
+@dataclass(frozen=True)
 class FaultSpec:
-    """One scheduled fault: started ``at`` seconds into the run, healed ``duration`` later."""
+    """One scheduled fault: started ``at`` seconds into the run, healed ``duration`` later;
+    with ``wait_for``, the start waits for the workers to be busy that way first."""
 
     at: float
     duration: float
     fault: str
     target: str | None
     params: dict[str, Any] = field(default_factory=dict)
+    wait_for: WaitFor | None = None
 
     @property
     def stop(self) -> float:
@@ -455,6 +504,31 @@ def _params(fault_table: _Table, fault: str) -> dict[str, Any]:
     return params
 
 
+def _wait_for(fault_table: _Table) -> WaitFor | None:
+    """``wait_for = { gauge = "...", at_least = N, patience = S }``, or just the gauge's name
+    (at least 1, 15 s of patience)."""
+    value = fault_table.data.get("wait_for")
+    if isinstance(value, str):
+        value = {"gauge": value}
+    elif value is None or not isinstance(value, Mapping):
+        fault_table.table("wait_for")  # None, or the error naming the field
+        return None
+    fault_table.seen.add("wait_for")
+    table = _Table(value, fault_table.path("wait_for"), fault_table.source)
+    gauge = table.string("gauge", required=True)
+    if gauge not in WAIT_GAUGES:
+        raise table.fail(
+            "gauge", f"{gauge!r} is not a worker gauge to wait for; known: {', '.join(WAIT_GAUGES)}"
+        )
+    wait = WaitFor(
+        gauge=gauge,
+        at_least=table.number("at_least", 1.0, above=True, high=1_000_000),
+        patience=table.number("patience", 15.0, above=True, high=600),
+    )
+    table.done()
+    return wait
+
+
 def _fault(table: _Table) -> FaultSpec:
     fault = table.string("fault", required=True)
     if fault not in FAULTS:
@@ -471,8 +545,11 @@ def _fault(table: _Table) -> FaultSpec:
     if why is not None:
         raise table.fail("target", f"is required for {fault}" if target is None else why)
     params = _params(table, fault)
+    wait_for = _wait_for(table)
     table.done()
-    return FaultSpec(at=at, duration=duration, fault=fault, target=target, params=params)
+    return FaultSpec(
+        at=at, duration=duration, fault=fault, target=target, params=params, wait_for=wait_for
+    )
 
 
 def _random_faults(table: _Table) -> RandomFaults:

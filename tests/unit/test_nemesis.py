@@ -14,8 +14,10 @@ import trio
 from chaos.checker import UNKNOWN, Judgement, Problem
 from chaos.history import Recorder, fault_windows
 from chaos.nemesis import (
+    MID_JOB_WAIT,
     PRIVATE_LINK_PORTS,
     CounterTracker,
+    Injection,
     Link,
     Nemesis,
     NemesisError,
@@ -26,10 +28,13 @@ from chaos.nemesis import (
     parse_metrics,
     process_envs,
     toxic_bodies,
+    wait_condition,
+    worker_gauges,
 )
 from chaos.runner import (
     UNSAFE_ENV,
     RunResult,
+    busy_cell,
     exit_code,
     full_judgement,
     harness_problems,
@@ -37,15 +42,17 @@ from chaos.runner import (
     recovery_text,
     select,
 )
-from chaos.scenario import FaultSpec, load_scenarios, loads_scenario
+from chaos.scenario import FaultSpec, WaitFor, load_scenarios, loads_scenario
 from chaos.stack.layout import SHOP_MAIL_PORT
 from chaos.workload import ClientView, Drain, MessageView
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
-def spec(fault: str, target: str | None, at=0.0, duration=1.0, **params) -> FaultSpec:
-    return FaultSpec(at, duration, fault, target, params)
+def spec(
+    fault: str, target: str | None, at=0.0, duration=1.0, wait_for=None, **params
+) -> FaultSpec:
+    return FaultSpec(at, duration, fault, target, params, wait_for)
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -294,6 +301,141 @@ async def test_a_worker_is_hit_mid_job():
     assert relay.in_flight is None and relay.waited == 0.0
 
 
+class Gauges:
+    """A sampler whose workers report ``series[worker][i]`` at their i-th scrape (the last
+    value repeats), as a worker's /metrics would; a worker absent from ``series`` is silent."""
+
+    def __init__(self, series: dict[str, list[dict[str, float]]]) -> None:
+        self.series = series
+        self.scrapes: dict[str, int] = {}
+
+    async def scrape(self, process):
+        if process not in self.series:
+            return None
+        i = self.scrapes.get(process, 0)
+        self.scrapes[process] = i + 1
+        values = self.series[process]
+        return dict(values[min(i, len(values) - 1)])
+
+    async def sample(self, process):
+        return await self.scrape(process)
+
+
+def waiting(n: float, in_flight: float = 0.0) -> dict[str, float]:
+    return {"leasework_completer_waiting": n, "leasework_jobs_in_flight": in_flight}
+
+
+def test_what_a_fault_waits_for():
+    completer = WaitFor("completer_waiting", 20.0, 5.0)
+    assert wait_condition(spec("sigkill", "worker-1", wait_for=completer)) == completer
+    assert wait_condition(spec("reset_peer", "worker-1/postgres", wait_for=completer)) == completer
+    # by default a worker's sigstop, sigkill or restart waits for one job in flight
+    for fault in ("sigstop", "sigkill", "restart"):
+        assert wait_condition(spec(fault, "worker-2")) == MID_JOB_WAIT
+    assert MID_JOB_WAIT == WaitFor("jobs_in_flight", 1.0, 15.0)
+    assert wait_condition(spec("sigkill", "relay")) is None
+    assert wait_condition(spec("reset_peer", "worker-1/postgres", timeout=0)) is None
+    assert worker_gauges({**waiting(3, 1), "process_start_time_seconds": 1.0}) == {
+        "jobs_in_flight": 1,
+        "completer_waiting": 3,
+    }
+
+
+async def test_a_kill_waits_until_the_completer_holds_a_batch(monkeypatch):
+    monkeypatch.setattr("chaos.nemesis.WAIT_POLL", 0.001)
+    n, stack, _, _ = nemesis()
+    # worker-1's handlers have all returned (nothing in flight): only the completer is busy;
+    # the last scrape, just before the signal, sees the batch still there
+    n.sampler = Gauges(  # type: ignore[assignment]
+        {"worker-1": [waiting(0, 3), waiting(7), waiting(25), waiting(31)]}
+    )
+    wait = WaitFor("completer_waiting", 20.0, 5.0)
+    injection = await n.inject(spec("sigkill", "worker-1", wait_for=wait))
+    assert stack.calls == [("kill", "worker-1", signal.SIGKILL)]
+    assert injection.wait == wait and injection.wait_met is True
+    assert injection.seen == {"completer_waiting": 25.0, "jobs_in_flight": 0.0}
+    assert injection.in_flight == 0.0
+    assert injection.at_signal == {"completer_waiting": 31.0, "jobs_in_flight": 0.0}
+    assert n.sampler.scrapes["worker-1"] == 4  # type: ignore[attr-defined]
+    record = injection.to_dict()
+    assert record["wait_for"] == {
+        "gauge": "completer_waiting",
+        "at_least": 20.0,
+        "patience": 5.0,
+        "met": True,
+        "peak": 25.0,
+        "workers": ["worker-1"],
+    }
+    assert record["gauges_seen"]["completer_waiting"] == 25.0
+    assert record["gauges_at_signal"]["completer_waiting"] == 31.0
+    text = busy_cell(record)
+    assert "completer_waiting 25" in text and "≥ 20" in text
+    assert "at the signal: " in text and "completer_waiting 31" in text
+    assert "completer_waiting 25" in injection.busy_text()
+
+
+async def test_a_toxic_waits_for_the_workers_it_hits():
+    n, _, toxiproxy, _ = nemesis()
+    n.sampler = Gauges(  # type: ignore[assignment]
+        {"worker-1": [waiting(0), waiting(4)], "worker-2": [waiting(50)]}
+    )
+    # one worker's private link: only that worker's gauge counts
+    wait = WaitFor("completer_waiting", 10.0, 5.0)
+    own = await n.inject(spec("reset_peer", "worker-2/postgres", wait_for=wait, timeout=0))
+    assert own.wait_met is True and own.seen["completer_waiting"] == 50.0
+    assert n.sampler.scrapes == {"worker-2": 1}  # type: ignore[attr-defined]
+    assert own.at_signal == {}  # a toxic sends no signal
+    assert toxiproxy.calls == [
+        ("add", "chaos-worker-2-postgres", "chaos-0-reset_peer-downstream", "downstream")
+    ]
+    # the shared link: summed over both workers
+    shared = await n.inject(
+        spec("reset_peer", "postgres", wait_for=WaitFor("completer_waiting", 54.0))
+    )
+    assert shared.wait_met is True and shared.seen["completer_waiting"] == 54.0
+    # a toxic without wait_for starts at once, as before
+    plain = await n.inject(spec("latency", "worker-1/postgres", latency=1))
+    assert plain.wait is None and plain.wait_met is None and plain.to_dict()["wait_for"] is None
+
+
+async def test_a_wait_whose_patience_runs_out_starts_anyway_and_says_so(monkeypatch):
+    monkeypatch.setattr("chaos.nemesis.WAIT_POLL", 0.001)
+    n, stack, _, _ = nemesis()
+    n.sampler = Gauges({"worker-2": [waiting(5), waiting(2)]})  # type: ignore[assignment]
+    wait = WaitFor("completer_waiting", 20.0, 0.05)
+    injection = await n.inject(spec("sigkill", "worker-2", at=12.0, wait_for=wait))
+    assert stack.calls == [("kill", "worker-2", signal.SIGKILL)]
+    assert injection.wait_met is False and injection.waited >= 0.05
+    assert injection.seen == {"completer_waiting": 2.0, "jobs_in_flight": 0.0}
+    assert "patience ran out, at most 5 seen" in busy_cell(injection.to_dict())
+    await n.heal(injection)
+    scenario = scenario_with("")
+    (problem,) = harness_problems(scenario, V(), VIEW, [], [injection])  # type: ignore[arg-type]
+    assert problem.kind == "evidence" and problem.valid == UNKNOWN
+    assert injection.peak == 5.0
+    assert "completer_waiting >= 20" in problem.message and "at most 5" in problem.message
+    # a silent worker: nothing seen, still started once patience ran out
+    n.sampler = Gauges({})  # type: ignore[assignment]
+    silent = await n.inject(spec("sigkill", "worker-1", wait_for=wait))
+    assert silent.wait_met is False and silent.seen == {}
+    await n.heal(silent)
+    (problem,) = harness_problems(scenario, V(), VIEW, [], [silent])  # type: ignore[arg-type]
+    assert "nothing readable" in problem.message
+    # a relay kill that waits for the workers: their gauges, not the relay's, are recorded
+    n.sampler = Gauges({"worker-1": [waiting(9)], "worker-2": [waiting(8)], "relay": [waiting(0)]})  # type: ignore[assignment]
+    relay = await n.inject(spec("sigkill", "relay", wait_for=WaitFor("completer_waiting", 17.0)))
+    assert relay.wait_met is True and relay.seen["completer_waiting"] == 17.0
+    assert relay.at_signal == {}
+    # the default mid-job wait is best effort: running out of patience is no problem
+    default = Injection(0, spec("sigkill", "worker-1"), wait=MID_JOB_WAIT, wait_met=False)
+    assert harness_problems(scenario, V(), VIEW, [], [default]) == []  # type: ignore[arg-type]
+
+
+def test_the_busy_cell_of_an_older_report():
+    assert busy_cell({"in_flight": None}) == "–"
+    assert busy_cell({"in_flight": 2.0, "waited_for_a_job": 0.3}) == "2 in flight (waited 0.3s)"
+
+
 async def test_the_coordinator_target_is_resolved_when_the_fault_starts(monkeypatch):
     monkeypatch.setattr("chaos.nemesis.coordinator_broker", lambda: "kafka-3")
     n, stack, _, recorder = nemesis()
@@ -461,6 +603,19 @@ def test_the_scenarios_load_and_cover_the_issue():
         "kafka-2-worker-1",
         "kafka-3-worker-1",
     }
+    # the throughput issue's targets: a kill in the middle of a completer batch, a Postgres
+    # reset during a batched finish (on the workers' own links: the api and relay go on)
+    kills = [f for f in scenarios["m-worker-kill-mid-batch"].faults if f.fault == "sigkill"]
+    assert len(kills) >= 3 and {f.target for f in kills} == {"worker-1", "worker-2"}
+    assert all(f.wait_for and f.wait_for.gauge == "completer_waiting" for f in kills)
+    assert scenarios["m-worker-kill-mid-batch"].expect.min_redeliveries >= 1
+    resets = [f for f in scenarios["n-postgres-reset-mid-finish"].faults if f.fault == "reset_peer"]
+    assert len(resets) >= 3
+    assert {f.target for f in resets} == {"worker-1/postgres", "worker-2/postgres"}
+    assert all(f.wait_for and f.wait_for.gauge == "completer_waiting" for f in resets)
+    for name in ("m-worker-kill-mid-batch", "n-postgres-reset-mid-finish"):
+        w = scenarios[name].workload
+        assert w.ledger_seconds == 0 and w.rate >= 100 and w.mix.ledger > 0, name
     # the issue's alert checks: relay killed, workers' Kafka link cut, a run of dead jobs
     expected_alerts = {a for s in scenarios.values() for a in s.expect.alerts}
     assert {

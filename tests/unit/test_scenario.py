@@ -13,10 +13,14 @@ from chaos.scenario import (
     FAULTS,
     MIX_KINDS,
     RECEIPT_JOB_TYPE,
+    WAIT_GAUGES,
+    WORKERS,
     Expectations,
     Mix,
     ScenarioError,
+    WaitFor,
     Workload,
+    fault_workers,
     load_scenario,
     load_scenarios,
     plan_submits,
@@ -175,6 +179,49 @@ def test_the_unsafe_run_declares_fencing_off(tmp_path):
             'params = { rate = 8, stream = "sideways" }\n',
             "faults[0].params.stream",
             "upstream",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "worker-1"\n'
+            'wait_for = { gauge = "cpu" }\n',
+            "faults[0].wait_for.gauge",
+            "completer_waiting",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "worker-1"\n'
+            "wait_for = { at_least = 3 }\n",
+            "faults[0].wait_for.gauge",
+            "required",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "worker-1"\n'
+            'wait_for = { gauge = "completer_waiting", at_least = 0 }\n',
+            "faults[0].wait_for.at_least",
+            "> 0",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "worker-1"\n'
+            'wait_for = { gauge = "completer_waiting", patience = 601 }\n',
+            "faults[0].wait_for.patience",
+            "<= 600",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "worker-1"\n'
+            'wait_for = { gauge = "completer_waiting", atleast = 5 }\n',
+            "faults[0].wait_for.atleast",
+            "unknown field",
+        ),
+        (
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "sigkill"\ntarget = "worker-1"\n'
+            "wait_for = 20\n",
+            "faults[0].wait_for",
+            "must be a table",
+        ),
+        (
+            # a toxic's wait is the fault's, not one of Toxiproxy's attributes
+            MINIMAL + '[[faults]]\nat = 1\nduration = 2\nfault = "reset_peer"\n'
+            'target = "worker-1/postgres"\nparams = { wait_for = "completer_waiting" }\n',
+            "faults[0].params.wait_for",
+            "unknown field",
         ),
         (MINIMAL + "[expect]\nexpect_doubled = true\n", "expect.expect_doubled", "fencing"),
         (MINIMAL + "[expect]\nmax_lost = -1\n", "expect.max_lost", ">= 0"),
@@ -345,3 +392,45 @@ def test_only_a_worker_has_a_private_mail_link():
     assert target_problem("latency", "worker-2/mail") is None
     for target in ("mail", "api/mail", "relay/mail"):
         assert "mail service" in str(target_problem("latency", target))
+
+
+# ---------------------------------------------------------------- waiting for busy workers
+
+
+def test_a_fault_may_wait_for_a_workers_gauge(tmp_path):
+    text = MINIMAL + (
+        '[[faults]]\nat = 2\nduration = 3\nfault = "sigkill"\ntarget = "worker-1"\n'
+        'wait_for = { gauge = "completer_waiting", at_least = 20, patience = 8 }\n'
+        '[[faults]]\nat = 4\nduration = 1\nfault = "reset_peer"\n'
+        'target = "worker-2/postgres"\nparams = { timeout = 0 }\n'
+        'wait_for = "completer_waiting"\n'
+        '[[faults]]\nat = 6\nduration = 1\nfault = "sigkill"\ntarget = "worker-2"\n'
+    )
+    kill, reset, plain = load_scenario(write(tmp_path, text)).faults
+    assert kill.wait_for == WaitFor("completer_waiting", 20.0, 8.0)
+    assert kill.wait_for.metric == "leasework_completer_waiting"
+    assert kill.wait_for.label == "completer_waiting >= 20"
+    # the shorthand: the gauge alone, at least 1, the default patience; the toxic's own
+    # attributes stay Toxiproxy's
+    assert reset.wait_for == WaitFor("completer_waiting", 1.0, 15.0)
+    assert reset.params == {"timeout": 0}
+    assert plain.wait_for is None  # the nemesis's default mid-job wait applies (test_nemesis)
+    assert set(WAIT_GAUGES) == {"jobs_in_flight", "completer_waiting"}
+
+
+@pytest.mark.parametrize(
+    ("target", "workers"),
+    [
+        ("worker-1", ("worker-1",)),
+        ("worker-2/postgres", ("worker-2",)),
+        ("worker-1/mail", ("worker-1",)),
+        ("kafka-3-worker-2", ("worker-2",)),
+        ("postgres", WORKERS),  # a shared link: every worker meets it
+        ("redis", WORKERS),
+        ("kafka-1", WORKERS),
+        ("relay", WORKERS),
+        (None, WORKERS),
+    ],
+)
+def test_a_wait_reads_the_workers_its_fault_hits(target, workers):
+    assert fault_workers(target) == workers
