@@ -87,16 +87,19 @@ class Completer:
         assert waiting.finished is not None
         return waiting.finished
 
-    def write(self, conn: psycopg.Connection, batch: list[store.Completion]) -> dict:
-        return store.jobs_finish_many(conn, batch, dlq_topic=self.dlq_topic)
+    def write(
+        self, conn: psycopg.Connection, batch: list[store.Completion], retrying: bool
+    ) -> dict:
+        return store.jobs_finish_many(conn, batch, dlq_topic=self.dlq_topic, retrying=retrying)
 
     async def flush(self, batch: list[_Waiting]) -> list[Finished]:
         """Write one batch (retrying while the database is unreachable), release its leases,
         answer its waiters. The run_once of the completer: a test drives it directly."""
         completions = [w.completion for w in batch]
+        retrying = False
         while True:
             try:
-                written = await self.db.run(self.write, completions)
+                written = await self.db.run(self.write, completions, retrying)
                 break
             except psycopg.Error as exc:
                 # not durable yet: keep trying; the waiters, their offsets and leases wait
@@ -104,6 +107,7 @@ class Completer:
                     "could not record a batch of outcomes; retrying",
                     extra={"jobs": len(batch), "error": str(exc)[:300]},
                 )
+                retrying = True  # it may have committed with its answer lost
                 await trio.sleep(RETRY_PAUSE)
         self.flushes += 1
         metrics.completer_batch_size.observe(len(batch))
@@ -149,6 +153,8 @@ class UnsafeCompleter(Completer):
     matches. Exists only so the fencing demonstration and the chaos harness can show what the
     fence prevents (``LEASEWORK_LEASE_MODE=unsafe-plain-ttl``)."""
 
-    def write(self, conn: psycopg.Connection, batch: list[store.Completion]) -> dict:
+    def write(
+        self, conn: psycopg.Connection, batch: list[store.Completion], retrying: bool
+    ) -> dict:
         store.jobs_unfence_many(conn, [(c.job_id, c.fence) for c in batch])
-        return super().write(conn, batch)
+        return super().write(conn, batch, retrying)

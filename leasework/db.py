@@ -54,7 +54,10 @@ class Database:
             configure=configure,
             kwargs=dict(CONNECT_KWARGS),
             timeout=10.0,
-            reconnect_timeout=0,  # keep trying for ever; /readyz reports the outage
+            # keep reconnecting (with psycopg_pool's backoff, from 1 s) for an hour, not once:
+            # 0 gives up after one immediate try, so a 1 s network blip left every waiting
+            # caller to sit out the whole pool timeout (found by chaos scenario n)
+            reconnect_timeout=3600.0,
             # no check query on every checkout (a round trip per call); a connection the
             # server dropped fails its next statement, the pool discards it, and every
             # caller retries or answers 503 ("nothing was written, retry")

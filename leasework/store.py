@@ -500,33 +500,70 @@ def _held(conn: psycopg.Connection, completions: list[Completion]) -> set[uuid.U
     return {r["id"] for r in rows}
 
 
+def _apply_effects(conn: psycopg.Connection, jobs: list[Completion]) -> dict[uuid.UUID, Exception]:
+    """Run the effects of ``jobs`` (their rows locked, their fences holding); returns the
+    failure of each job whose effects raised, with its effects undone. All run first in one
+    savepoint (two round trips for the batch); only if one raises are they run again, one
+    savepoint per job, so the failing job is found and the others keep theirs."""
+    everything = [effect for c in jobs for effect in c.effects]
+    if effects_apply(conn, everything) is None:
+        return {}
+    failures = {}
+    for c in jobs:
+        failure = effects_apply(conn, list(c.effects))
+        if failure is not None:
+            failures[c.job_id] = failure
+    return failures
+
+
+def _ours_already(
+    conn: psycopg.Connection, completions: list[Completion]
+) -> dict[uuid.UUID, Status]:
+    """Outcomes of ``completions`` that an earlier try of this same write committed (its
+    answer was lost): the attempt under that very fence is closed with an outcome other than
+    the reaper's. Only the worker holding the fence writes one, so it is ours."""
+    rows = conn.execute(
+        """SELECT attempts.job_id, attempts.outcome FROM attempts
+           JOIN unnest(%s::uuid[], %s::bigint[]) AS c(id, fence)
+             ON attempts.job_id = c.id AND attempts.fence = c.fence
+           WHERE attempts.outcome IS NOT NULL AND attempts.outcome <> 'lease_expired'""",
+        ([c.job_id for c in completions], [c.fence for c in completions]),
+    ).fetchall()
+    return {r["job_id"]: Status(r["outcome"]) for r in rows}
+
+
 def jobs_finish_many(
-    conn: psycopg.Connection, completions: list[Completion], *, dlq_topic: str
+    conn: psycopg.Connection,
+    completions: list[Completion],
+    *,
+    dlq_topic: str,
+    retrying: bool = False,
 ) -> dict[uuid.UUID, Status]:
     """The fenced terminal write of a batch: each job's outcome, attempt row and effects, only
     where its own fence still holds, in one transaction. Returns the status written per job;
     a job absent from the answer was rejected by the fence (a newer claim holds it) and none
-    of its effects ran. An effect that raises is undone (a savepoint per job) and turns that
-    job's outcome into ``effect_failed(exc)``; the other jobs of the batch are not touched."""
+    of its effects ran. An effect that raises is undone and turns that job's outcome into
+    ``effect_failed(exc)``; the other jobs of the batch are not touched. ``retrying``: an
+    earlier try may have committed without its answer arriving; rows it wrote are reported
+    as written, not as rejected."""
     outcomes = {c.job_id: c.outcome for c in completions}
     for outcome in outcomes.values():
         transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
     with_effects = [c for c in completions if c.effects and c.outcome.status == Status.SUCCEEDED]
     if with_effects:
         held = _held(conn, with_effects)
+        failures = _apply_effects(conn, [c for c in with_effects if c.job_id in held])
         for c in with_effects:
-            if c.job_id not in held:
-                continue  # rejected by the fence: its effects never run
-            failure = effects_apply(conn, list(c.effects))
-            if failure is not None:
-                message = f"a fenced effect raised {type(failure).__name__}: {failure}"[:2000]
-                outcome = (
-                    c.effect_failed(failure)
-                    if c.effect_failed is not None
-                    else Outcome(Status.FAILED, message, retry_in=0.0)
-                )
-                transition(Status.RUNNING, outcome.status)
-                outcomes[c.job_id] = outcome
+            if (failure := failures.get(c.job_id)) is None:
+                continue
+            message = f"a fenced effect raised {type(failure).__name__}: {failure}"[:2000]
+            outcome = (
+                c.effect_failed(failure)
+                if c.effect_failed is not None
+                else Outcome(Status.FAILED, message, retry_in=0.0)
+            )
+            transition(Status.RUNNING, outcome.status)
+            outcomes[c.job_id] = outcome
     done = [
         {
             "id": str(c.job_id),
@@ -539,7 +576,11 @@ def jobs_finish_many(
         for c in completions
     ]
     rows = conn.execute(FINISH_MANY, {"done": Jsonb(done), "dlq": dlq_topic}).fetchall()
-    return {r["id"]: Status(r["status"]) for r in rows}
+    written = {r["id"]: Status(r["status"]) for r in rows}
+    if retrying and len(written) < len(completions):
+        missing = [c for c in completions if c.job_id not in written]
+        written.update(_ours_already(conn, missing))
+    return written
 
 
 def jobs_unfence_many(conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]]) -> None:

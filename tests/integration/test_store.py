@@ -192,3 +192,18 @@ def test_deferral_cancel_and_retry_move_only_the_states_they_may(conn):
     assert again.status == Status.QUEUED and again.max_attempts == 6 and again.attempt == 3
     assert outbox_of(conn, dead)[0]["value"]["attempt"] == 4
     assert store.job_retry(conn, running_job.id, "jobs.ready").outcome == "not-retryable"
+
+
+def test_a_retried_write_whose_first_try_committed_reports_written_not_rejected(conn):
+    job = running(conn)
+    completion = store.Completion(job.id, 7, store.Outcome(Status.SUCCEEDED))
+    assert store.jobs_finish_many(conn, [completion], dlq_topic="d") == {job.id: Status.SUCCEEDED}
+    # the answer to that COMMIT was lost: the completer writes the same batch again
+    assert store.jobs_finish_many(conn, [completion], dlq_topic="d") == {}
+    again = store.jobs_finish_many(conn, [completion], dlq_topic="d", retrying=True)
+    assert again == {job.id: Status.SUCCEEDED}
+    # a write under a fence the reaper closed is still a rejection
+    reaped = running(conn, sql_lease_expires_at="now() - interval '1 minute'")
+    store.jobs_reap_expired(conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="d")
+    late = store.Completion(reaped.id, 7, store.Outcome(Status.SUCCEEDED))
+    assert store.jobs_finish_many(conn, [late], dlq_topic="d", retrying=True) == {}
