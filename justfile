@@ -4,7 +4,7 @@
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
 python := justfile_directory() / ".venv/bin/python"
-stack := python + " -m chaos.stack"
+stack := python + " -m devstack"
 
 # list the recipes
 default:
@@ -54,7 +54,7 @@ ctl action name: bootstrap
 
 # apply pending migrations (the stack must be up)
 migrate: bootstrap
-    {{python}} -m chaos.stack migrate
+    {{python}} -m devstack migrate
 
 # submit a noop job and wait until it has succeeded; fails with the last status seen
 smoke: bootstrap
@@ -87,11 +87,11 @@ fmt: bootstrap
 
 # the floor, leasework by each door (direct links, then through Toxiproxy), pgbench; writes reports/bench/<time>/ (e.g. `just bench --jobs 5000`, `just bench --help`)
 bench *args: bootstrap
-    {{python}} -m chaos.bench {{args}}
+    {{python}} -m tools.bench {{args}}
 
 # a real duplicate under a plain TTL lease, and none under the fence (see docs/failure-modes.md)
 demo-fence: bootstrap
-    {{python}} -m chaos.demo_fence
+    {{python}} -m tools.demo_fence
 
 # run chaos scenarios against the live stack (all when no NAME), e.g. `just chaos b-worker-sigstop`
 chaos *names: bootstrap

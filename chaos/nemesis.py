@@ -56,8 +56,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.history import NEMESIS, NEMESIS_PROCESS, Recorder, nemesis_value
 from chaos.scenario import KAFKA_COORDINATOR, WAIT_GAUGES, FaultSpec, WaitFor, fault_workers
-from chaos.stack import Stack
-from chaos.stack.layout import (
+from devstack import Stack
+from devstack.layout import (
     HOST,
     KAFKA_DIRECT_BOOTSTRAP,
     PG_DATABASE,
@@ -65,7 +65,7 @@ from chaos.stack.layout import (
     PG_USER,
     SHOP_MAIL_PORT,
 )
-from chaos.stack.layout import PROXIES as PROXY_PORTS
+from devstack.layout import PROXIES as PROXY_PORTS
 
 log = logging.getLogger("chaos.nemesis")
 

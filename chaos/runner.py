@@ -81,9 +81,6 @@ from chaos.report import (
 )
 from chaos.scenario import Scenario, load_scenarios, plan_submits
 from chaos.shop import ShopView, read_shop, receipt_effects, shop_view
-from chaos.stack import Stack, procs
-from chaos.stack.layout import KAFKA_DIRECT_BOOTSTRAP, SHOP_URL
-from chaos.stack.procs import read_environ
 from chaos.workload import (
     ClientView,
     Drain,
@@ -93,6 +90,9 @@ from chaos.workload import (
     client_view,
     message_view,
 )
+from devstack import Stack, procs
+from devstack.layout import KAFKA_DIRECT_BOOTSTRAP, SHOP_URL
+from devstack.procs import read_environ
 from leasework.states import TERMINAL
 
 REPO = Path(__file__).resolve().parents[1]

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import submit_value
-from chaos.stack.layout import PROXIES as STACK_PROXIES
+from devstack.layout import PROXIES as STACK_PROXIES
 from leasework.config import UNSAFE_LEASE_MODE
 
 # ---------------------------------------------------------------- the fault vocabulary
@@ -93,7 +93,7 @@ KAFKA_FAULTS: tuple[str, ...] = ("kafka_kill",)
 REDIS_FAULTS: tuple[str, ...] = ("redis_restart", "redis_flushall")
 FAULTS: tuple[str, ...] = TOXIC_FAULTS + PROCESS_FAULTS + KAFKA_FAULTS + REDIS_FAULTS
 
-# toxiproxy proxies (chaos/stack/layout.py, toxiproxy/proxies.json) and the leasework
+# toxiproxy proxies (devstack/layout.py, toxiproxy/proxies.json) and the leasework
 # processes of the local stack
 # kafka-N carries the api's and the relay's Kafka traffic, kafka-N-worker-M worker-M's (each
 # broker advertises the proxy of the listener a client came in through)

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from chaos.stack import Stack
-from chaos.stack.layout import POSTGRES_DIRECT_DSN
+from devstack import Stack
+from devstack.layout import POSTGRES_DIRECT_DSN
 from leasework.client import AsyncClient, Client
 
 API_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")

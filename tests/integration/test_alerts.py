@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from chaos.alerts import fired_between, firing_now, wait_for_alerts
-from chaos.stack.layout import KAFKA_NODE_IDS, KAFKA_WORKERS
+from devstack.layout import KAFKA_NODE_IDS, KAFKA_WORKERS
 from leasework.client import AsyncClient
 from tests.integration.conftest import API_URL, wait_status
 

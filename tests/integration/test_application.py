@@ -22,7 +22,7 @@ from psycopg.rows import dict_row, tuple_row
 
 import leasework
 from chaos.runner import topic_end_offsets, topic_messages
-from chaos.stack.layout import POSTGRES_DSN, SHOP_URL, STACK_APP
+from devstack.layout import POSTGRES_DSN, SHOP_URL, STACK_APP
 from examples.shop.jobs import Receipt
 from examples.shop.jobs import app as shop_app
 from leasework import testing

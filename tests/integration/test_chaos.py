@@ -18,7 +18,7 @@ from chaos import runner
 from chaos.checker import check, judge
 from chaos.history import read_history
 from chaos.report import REPORT_JSON, REPORT_MD, TIMELINE_SVG
-from chaos.stack import Stack
+from devstack import Stack
 
 
 def _run(stack: Stack, name: str, out: Path) -> runner.RunResult:

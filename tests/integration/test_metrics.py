@@ -9,7 +9,7 @@ import uuid
 import httpx
 
 from chaos.promql import scrape
-from chaos.stack.layout import STACK_APP
+from devstack.layout import STACK_APP
 from leasework.app import load_app
 from leasework.states import Status
 from tests.integration.conftest import insert_unchecked, wait_for, wait_status

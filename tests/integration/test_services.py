@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from chaos.stack.layout import POSTGRES_DIRECT_DSN, REDIS_PORT
+from devstack.layout import POSTGRES_DIRECT_DSN, REDIS_PORT
 from leasework import store
 from leasework.completer import Completer
 from leasework.db import Database

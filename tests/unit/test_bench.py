@@ -7,9 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from chaos import bench, bench_doors, bench_pgbench
-from chaos import bench_proc as procfs
-from chaos import bench_report as report
+from tools.bench import doors as bench_doors
+from tools.bench import main as bench
+from tools.bench import pgbench as bench_pgbench
+from tools.bench import proc as procfs
+from tools.bench import report
 
 # --- percentiles, buckets -------------------------------------------------------------------
 

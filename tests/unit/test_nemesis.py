@@ -43,8 +43,8 @@ from chaos.runner import (
     select,
 )
 from chaos.scenario import FaultSpec, WaitFor, load_scenarios, loads_scenario
-from chaos.stack.layout import SHOP_MAIL_PORT
 from chaos.workload import ClientView, Drain, MessageView
+from devstack.layout import SHOP_MAIL_PORT
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 

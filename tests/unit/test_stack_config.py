@@ -1,4 +1,4 @@
-"""Pure config rendering of chaos.stack (no servers)."""
+"""Pure config rendering of devstack (no servers)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.stack.layout import (
+from devstack.layout import (
     APPS,
     KAFKA_BROKERS,
     KAFKA_WORKER_BROKERS,
@@ -17,22 +17,22 @@ from chaos.stack.layout import (
     Layout,
     kafka_ports,
 )
-from chaos.stack.services.apps import (
+from devstack.services.apps import (
     app_env,
     carried_over_env,
     stack_env,
     stale_stack_env,
 )
-from chaos.stack.services.kafka import (
+from devstack.services.kafka import (
     KafkaNode,
     new_cluster_id,
     render_log4j2,
     render_server_properties,
 )
-from chaos.stack.services.postgres import postgres_args
-from chaos.stack.services.prometheus import render_prometheus_yml
-from chaos.stack.services.redis import render_redis_conf
-from chaos.stack.services.toxiproxy import load_proxies, render_proxies, retired_proxies
+from devstack.services.postgres import postgres_args
+from devstack.services.prometheus import render_prometheus_yml
+from devstack.services.redis import render_redis_conf
+from devstack.services.toxiproxy import load_proxies, render_proxies, retired_proxies
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Pidfiles, /proc identity checks and small helpers of chaos.stack (no servers)."""
+"""Pidfiles, /proc identity checks and small helpers of devstack (no servers)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from chaos.stack import Stack
-from chaos.stack.cli import _signal
-from chaos.stack.errors import StackError, tail
-from chaos.stack.layout import Layout
-from chaos.stack.procs import (
+from devstack import Stack
+from devstack.cli import _signal
+from devstack.errors import StackError, tail
+from devstack.layout import Layout
+from devstack.procs import (
     cmdline_matches,
     is_alive,
     read_environ,
@@ -24,7 +24,7 @@ from chaos.stack.procs import (
     terminate,
     write_pidfile,
 )
-from chaos.stack.status import ServiceStatus, format_table
+from devstack.status import ServiceStatus, format_table
 
 
 def test_pidfile_roundtrip(tmp_path: Path) -> None:
@@ -95,7 +95,7 @@ def test_spawn_new_session_and_terminate(tmp_path: Path) -> None:
     assert not is_alive(pid)
     assert session_members(pid) == []  # the sleep child was killed as a leftover
     text = log.read_text()
-    assert "=== chaos.stack" in text and "up" in text
+    assert "=== devstack" in text and "up" in text
 
 
 def test_zombie_counts_as_dead() -> None:
@@ -144,8 +144,8 @@ def test_names_and_addresses(tmp_path: Path) -> None:
 
 def test_tail_shows_only_the_latest_run(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
-    log.write_text("old 1\n=== chaos.stack A\nold 2\n=== chaos.stack B\nnew 1\nnew 2\n")
-    assert tail(log) == "=== chaos.stack B\nnew 1\nnew 2"
+    log.write_text("old 1\n=== devstack A\nold 2\n=== devstack B\nnew 1\nnew 2\n")
+    assert tail(log) == "=== devstack B\nnew 1\nnew 2"
     assert tail(log, 1) == "new 2"
     assert "no log file" in tail(tmp_path / "missing.log")
     err = StackError("kafka-1: not ready", log)
@@ -173,9 +173,9 @@ def test_signal_names() -> None:
 def test_each_service_recognises_its_own_command_and_no_other(tmp_path: Path, monkeypatch) -> None:
     """Identity by construction: the argv a service is started with satisfies its own
     ``owns`` check (right after exec, before any title rewrite) and nobody else's."""
-    from chaos.stack import tools
-    from chaos.stack.procs import ProcInfo
-    from chaos.stack.services import apps, build_services
+    from devstack import tools
+    from devstack.procs import ProcInfo
+    from devstack.services import apps, build_services
 
     layout = Layout(tmp_path / "state", tmp_path / "cache", tmp_path / "repo")
     layout.kafka_libs.mkdir(parents=True)
@@ -204,7 +204,7 @@ def test_untraversable_parent() -> None:
     import shutil
     import tempfile
 
-    from chaos.stack.services.postgres import untraversable_parent
+    from devstack.services.postgres import untraversable_parent
 
     other = pwd.struct_passwd(("pg", "x", 54321, 54321, "", "/", "/bin/sh"))
     root = Path(tempfile.mkdtemp())  # pytest's tmp_path lives under a 0700 dir

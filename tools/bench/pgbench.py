@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from chaos.stack.layout import HOST, PG_DATABASE, PG_PASSWORD, PG_USER, POSTGRES_PORT
+from devstack.layout import HOST, PG_DATABASE, PG_PASSWORD, PG_USER, POSTGRES_PORT
 
 SCRIPT = (
     "SELECT * FROM leasework_jobs_insert(jsonb_build_array(jsonb_build_object("

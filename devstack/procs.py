@@ -118,7 +118,7 @@ def spawn(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"\n=== chaos.stack {stamp}: {' '.join(argv)}\n".encode())
+        log.write(f"\n=== devstack {stamp}: {' '.join(argv)}\n".encode())
         log.flush()
         extra: dict[str, object] = {}
         if user is not None:

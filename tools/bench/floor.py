@@ -3,7 +3,7 @@ durability leasework has (logged tables, ``synchronous_commit`` left on), in tab
 own on the same Postgres.
 
 * submit: one autocommit INSERT per job, from ``submitters`` concurrent connections;
-* work: ``python -m chaos.bench_floor worker`` processes, each looping over a claim
+* work: ``python -m tools.bench.floor worker`` processes, each looping over a claim
   transaction (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1, UPDATE to running, COMMIT) and a
   done transaction (UPDATE to done, COMMIT); an empty queue is polled every ``idle_sleep``.
 
@@ -90,7 +90,7 @@ class Workers:
     def start(cls, dsn: str, count: int, idle_sleep: float = IDLE_SLEEP) -> Workers:
         procs = []
         for i in range(count):
-            argv = [sys.executable, "-m", "chaos.bench_floor", "worker", "--dsn", dsn]
+            argv = [sys.executable, "-m", "tools.bench.floor", "worker", "--dsn", dsn]
             argv += ["--name", f"floor-{i + 1}", "--idle-sleep", str(idle_sleep)]
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=os.getcwd()))
         workers = cls(procs)
@@ -183,7 +183,7 @@ def timings(conn: psycopg.Connection, tag: str) -> tuple[list[float], list[float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="chaos.bench_floor")
+    parser = argparse.ArgumentParser(prog="tools.bench.floor")
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("worker", help="one floor worker process (the bench starts these)")
     w.add_argument("--dsn", required=True)

@@ -26,10 +26,10 @@ def state_lock(path: Path, timeout: float = 600.0) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if not told:
-                    log.info("waiting for another chaos.stack command holding %s", path)
+                    log.info("waiting for another devstack command holding %s", path)
                     told = True
                 if time.monotonic() >= deadline:
-                    raise StackError(f"another chaos.stack command holds {path}") from None
+                    raise StackError(f"another devstack command holds {path}") from None
                 time.sleep(0.2)
         yield
     finally:

@@ -134,7 +134,7 @@ KAFKA_TOPICS: dict[str, dict[str, object]] = {
 
 
 def default_repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from chaos.promql import total
-from chaos.stack import Stack
+from devstack import Stack
 from leasework.client import Client
 
 DIRECT_DSN = "postgresql://leasework:leasework@127.0.0.1:15433/leasework"

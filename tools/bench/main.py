@@ -3,7 +3,7 @@
 Rows, in this order (``--rows`` picks some):
 
 * ``floor``: a bare SKIP LOCKED psycopg queue with leasework's durability on the same
-  Postgres (``chaos.bench_floor``), two worker processes;
+  Postgres (``tools.bench.floor``), two worker processes;
 * ``single``, ``batch``, ``enqueue``: leasework with its processes pointed straight at
   Postgres, Redis and Kafka, jobs submitted by ``POST /jobs`` (16 clients), ``POST
   /jobs/batch`` (100 per request) and ``enqueue_many`` (100 per transaction);
@@ -38,20 +38,18 @@ from typing import Any
 
 import psycopg
 
-from chaos import bench_doors as doors
-from chaos import bench_floor as floor
-from chaos import bench_pgbench
-from chaos import bench_proc as procfs
-from chaos import bench_report as report
-from chaos.stack import Stack
-from chaos.stack.errors import StackError
-from chaos.stack.layout import (
+from devstack import Stack
+from devstack.errors import StackError
+from devstack.layout import (
     HOST,
     KAFKA_DIRECT_BOOTSTRAP,
     POSTGRES_DIRECT_DSN,
     REDIS_PORT,
     default_repo_root,
 )
+from tools.bench import doors, floor, report
+from tools.bench import pgbench as bench_pgbench
+from tools.bench import proc as procfs
 
 API_URL = "http://127.0.0.1:8080"
 APPS = ("api", "relay", "worker-1", "worker-2")
@@ -459,7 +457,7 @@ def parse_args(argv: list[str] | None) -> Config:
         "--single-client",
         choices=("lean", "httpx"),
         default="lean",
-        help="the single row's HTTP client (see chaos/bench_http.py)",
+        help="the single row's HTTP client (see tools/bench/http.py)",
     )
     p.add_argument("--batch-size", type=int, default=100, help="jobs per batch request or tx")
     p.add_argument("--batch-concurrency", type=int, default=4, help="batch requests in flight")
@@ -503,7 +501,3 @@ def main(argv: list[str] | None = None) -> int:
     print(report.render_markdown(result).split("\n## Throughput over time")[0])
     print(f"\nreport: {directory}/bench.md")
     return 1 if result["errors"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -42,7 +42,7 @@ def require(binary: str) -> Path:
     if path is None:
         pkg = APT_PACKAGES.get(binary, binary)
         raise StackError(
-            f"{binary} not found (Debian package {pkg}); run `python -m chaos.stack provision`"
+            f"{binary} not found (Debian package {pkg}); run `python -m devstack provision`"
         )
     return path
 

@@ -126,7 +126,7 @@ class Stack:
             if svc.init_script:
                 hint += f", or `/etc/init.d/{svc.init_script} stop` if its package started it"
             raise StackError(
-                f"{svc.name}: cannot start, its port is held by a process chaos.stack did not "
+                f"{svc.name}: cannot start, its port is held by a process devstack did not "
                 f"start:\n{lines}\n  stop it ({hint}) and retry"
             )
         return None
@@ -455,7 +455,7 @@ class Stack:
             ]
             for name, port, pid in leftovers:
                 log.warning(
-                    "port %d (%s) is still held by %s, not started by chaos.stack",
+                    "port %d (%s) is still held by %s, not started by devstack",
                     port,
                     name,
                     procs.describe(pid),

@@ -27,7 +27,7 @@ POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 def _run(argv: Sequence[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
-        out.write(f"\n=== chaos.stack provision: {' '.join(argv)}\n".encode())
+        out.write(f"\n=== devstack provision: {' '.join(argv)}\n".encode())
         out.flush()
         rc = subprocess.run(
             list(argv),
@@ -55,7 +55,7 @@ def _no_daemon_autostart() -> Iterator[None]:
     9090): we run our own. Only installed if no policy-rc.d exists already."""
     ours = not POLICY_RC_D.exists()
     if ours:
-        POLICY_RC_D.write_text("#!/bin/sh\n# chaos.stack provisioning\nexit 101\n")
+        POLICY_RC_D.write_text("#!/bin/sh\n# devstack provisioning\nexit 101\n")
         POLICY_RC_D.chmod(0o755)
     try:
         yield
@@ -151,7 +151,7 @@ def _go() -> Path:
     raise StackError(
         "provision: no Go toolchain (needed once to build toxiproxy-server "
         f"{TOXIPROXY_VERSION}); install Go >= 1.23 (Debian's golang-go is too old) "
-        "and re-run `python -m chaos.stack provision`"
+        "and re-run `python -m devstack provision`"
     )
 
 

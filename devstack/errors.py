@@ -6,7 +6,7 @@ from pathlib import Path
 
 TAIL_LINES = 30
 # Every spawn/run writes a line starting with this into the log before the process output.
-RUN_MARKER = "=== chaos.stack "
+RUN_MARKER = "=== devstack "
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:

@@ -8,7 +8,7 @@ import logging
 from ..errors import StackError
 from ..layout import KAFKA_DIRECT_BOOTSTRAP, KAFKA_NODE_IDS, KAFKA_TOPICS
 
-log = logging.getLogger("chaos.stack")
+log = logging.getLogger("devstack")
 
 
 def _admin(bootstrap: str):  # -> confluent_kafka.admin.AdminClient

@@ -3,7 +3,7 @@ door takes them) or paced (open loop at a given rate), and the ``jobs`` table qu
 time them.
 
 * ``single``: ``POST /jobs``, one job per request, from the lean keep-alive client of
-  :mod:`chaos.bench_http` (or ``leasework.AsyncClient.submit``, ``--single-client httpx``);
+  :mod:`tools.bench.http` (or ``leasework.AsyncClient.submit``, ``--single-client httpx``);
 * ``batch``: ``POST /jobs/batch``, ``chunk`` jobs per request (``AsyncClient.submit_many``);
 * ``enqueue``: ``leasework.enqueue_many`` in the caller's transaction, ``chunk`` jobs per
   transaction, on connections of the bench's own to the direct DSN.
@@ -23,8 +23,8 @@ import psycopg
 import trio
 
 import leasework
-from chaos.bench_http import Connection, HttpError
 from leasework.client import AsyncClient
+from tools.bench.http import Connection, HttpError
 
 DOORS = ("single", "batch", "enqueue")
 
@@ -34,7 +34,7 @@ class Door:
     name: str
     chunk: int  # jobs per request / transaction
     concurrency: int  # requests or transactions in flight
-    client: str = "lean"  # single: the lean HTTP client (chaos.bench_http) or "httpx"
+    client: str = "lean"  # single: the lean HTTP client (tools.bench.http) or "httpx"
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def _payload(tag: str, i: int) -> dict:
 async def _lean_single(
     door: Door, url: str, tag: str, jobs: int, due: Callable[[int], float] | None
 ) -> Submitted:
-    """The single door with :mod:`chaos.bench_http`: one keep-alive connection per lane."""
+    """The single door with :mod:`tools.bench.http`: one keep-alive connection per lane."""
     late = 0
     ends: list[float] = []
 

@@ -138,7 +138,7 @@ class Postgres(Service):
             except KeyError:
                 raise StackError(
                     f"postgres: OS user {user!r} does not exist (it comes with the Debian "
-                    "postgresql package); run `python -m chaos.stack provision`"
+                    "postgresql package); run `python -m devstack provision`"
                 ) from None
             blocked = untraversable_parent(self.base_dir.parent, pwd.getpwnam(user))
             if blocked is not None:
@@ -175,7 +175,7 @@ class Postgres(Service):
         if user is not None:
             extra = {"user": user, "group": user, "extra_groups": []}
         with log.open("ab") as out:
-            out.write(f"\n=== chaos.stack initdb: {' '.join(argv)}\n".encode())
+            out.write(f"\n=== devstack initdb: {' '.join(argv)}\n".encode())
             out.flush()
             rc = subprocess.run(
                 argv,

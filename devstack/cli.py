@@ -1,4 +1,4 @@
-"""``python -m chaos.stack COMMAND``: a thin argparse layer over :class:`Stack`."""
+"""``python -m devstack COMMAND``: a thin argparse layer over :class:`Stack`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _signal(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m chaos.stack",
+        prog="python -m devstack",
         description="Local leasework stack on loopback (state: $LEASEWORK_STATE_DIR, "
         "default /var/tmp/leasework). Names: postgres redis toxiproxy kafka-1 kafka-2 "
         "kafka-3 prometheus api relay worker-1 worker-2.",
@@ -104,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args, Stack.from_env())
     except StackError as e:
-        print(f"chaos.stack {args.cmd}: ERROR: {e}", file=sys.stderr)
+        print(f"devstack {args.cmd}: ERROR: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"chaos.stack {args.cmd}: interrupted", file=sys.stderr)
+        print(f"devstack {args.cmd}: interrupted", file=sys.stderr)
         return 130

@@ -1,6 +1,6 @@
 """The bench's figures and reports: percentiles, throughput buckets, the Markdown tables,
 the throughput-over-time SVG (hand-written), all pure functions of the result dict that
-``chaos.bench`` also writes as ``bench.json``."""
+``tools.bench`` also writes as ``bench.json``."""
 
 from __future__ import annotations
 

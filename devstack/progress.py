@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-log = logging.getLogger("chaos.stack")
+log = logging.getLogger("devstack")
 
 
 def setup_logging(verbose: bool = False) -> None:

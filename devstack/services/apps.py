@@ -214,7 +214,7 @@ def run_migrate(
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = app_command("migrate")
     with log.open("ab") as out:
-        out.write(f"\n=== chaos.stack run: {' '.join(argv)}\n".encode())
+        out.write(f"\n=== devstack run: {' '.join(argv)}\n".encode())
         out.flush()
         try:
             rc = subprocess.run(

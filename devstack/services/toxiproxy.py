@@ -68,7 +68,7 @@ class Toxiproxy(Service):
     def command(self) -> list[str]:
         binary = self.layout.toxiproxy_bin
         if not binary.exists():
-            raise StackError(f"{binary} missing; run `python -m chaos.stack provision`")
+            raise StackError(f"{binary} missing; run `python -m devstack provision`")
         return [
             str(binary),
             "-host",

@@ -1,7 +1,7 @@
 """Local-stack supervisor for leasework: postgres, redis, toxiproxy, 3 Kafka nodes,
-prometheus and the leasework processes, on loopback. See ``python -m chaos.stack -h``.
+prometheus and the leasework processes, on loopback. See ``python -m devstack -h``.
 
->>> from chaos.stack import Stack
+>>> from devstack import Stack
 >>> stack = Stack.from_env(); stack.up(apps=False)
 """
 
