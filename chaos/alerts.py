@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-PROMETHEUS_URL = "http://127.0.0.1:9090"
+from devstack.layout import PROMETHEUS_URL
 
 
 def fired_between(

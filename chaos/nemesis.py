@@ -58,12 +58,15 @@ from chaos.history import NEMESIS, NEMESIS_PROCESS, Recorder, nemesis_value
 from chaos.scenario import KAFKA_COORDINATOR, WAIT_GAUGES, FaultSpec, WaitFor, fault_workers
 from devstack import Stack
 from devstack.layout import (
+    APPS,
     HOST,
     KAFKA_DIRECT_BOOTSTRAP,
     PG_DATABASE,
     PG_PASSWORD,
     PG_USER,
     SHOP_MAIL_PORT,
+    TOXIPROXY_URL,
+    WORKER_PORTS,
 )
 from devstack.layout import PROXIES as PROXY_PORTS
 
@@ -71,10 +74,9 @@ log = logging.getLogger("chaos.nemesis")
 
 T = TypeVar("T")
 
-TOXIPROXY_URL = "http://127.0.0.1:8474"
 RUNTIME_PREFIX = "chaos-"  # runtime proxies and toxics the harness adds, and only those
-WORKER_PORTS: dict[str, int] = {"worker-1": 9101, "worker-2": 9103}
-OPS_PORTS: dict[str, int] = {**WORKER_PORTS, "relay": 9102, "api": 8080}
+# every leasework process's ops port (its /metrics)
+OPS_PORTS: dict[str, int] = {name: port for name, (_role, port) in APPS.items()}
 KAFKA_HEAL_TIMEOUT = 90.0
 START_TIMEOUT = 90.0
 # a worker is hit mid-job: its fault waits (up to this long) until it runs at least one job

@@ -91,17 +91,20 @@ from chaos.workload import (
     message_view,
 )
 from devstack import Stack, procs
-from devstack.layout import KAFKA_DIRECT_BOOTSTRAP, SHOP_URL
+from devstack.layout import API_URL, KAFKA_DIRECT_BOOTSTRAP, POSTGRES_DIRECT_DSN, SHOP_URL
 from devstack.procs import read_environ
+from leasework.config import UNSAFE_LEASE_MODE
 from leasework.states import TERMINAL
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS_DIR = REPO / "scenarios"
 REPORTS_DIR = REPO / "reports" / "chaos"
-API_URL = "http://127.0.0.1:8080"
-DIRECT_DSN = "postgresql://leasework:leasework@127.0.0.1:15433/leasework"
+# the harness reads Postgres directly, never through Toxiproxy
+DIRECT_DSN = POSTGRES_DIRECT_DSN
+# the workers' environment with fencing off (leasework.config refuses the mode without the
+# second variable)
 UNSAFE_ENV: dict[str, str] = {
-    "LEASEWORK_LEASE_MODE": "unsafe-plain-ttl",
+    "LEASEWORK_LEASE_MODE": UNSAFE_LEASE_MODE,
     "LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS": "yes",
 }
 # variables the harness may change for a run; a process whose value differs from the

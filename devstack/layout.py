@@ -105,6 +105,15 @@ APPS: dict[str, tuple[str, int]] = {
     "worker-2": ("worker", 9103),
 }
 
+# Where the api answers, each worker's ops port (its /metrics), and the HTTP APIs of
+# Toxiproxy and of the stack's long-lived Prometheus.
+API_URL = f"http://{HOST}:{APPS['api'][1]}"
+WORKER_PORTS: dict[str, int] = {
+    name: port for name, (role, port) in APPS.items() if role == "worker"
+}
+TOXIPROXY_URL = f"http://{HOST}:{TOXIPROXY_API_PORT}"
+PROMETHEUS_URL = f"http://{HOST}:{PROMETHEUS_PORT}"
+
 # The job types the stack's api and workers load (``LEASEWORK_APP``, which `just up` passes
 # through when set): the demo types for tests, chaos and bench, and the example shop's.
 STACK_APP = "leasework.demo:app,examples.shop.jobs:app"
