@@ -54,7 +54,7 @@ def merge_valid(*values: Validity) -> Validity:
 
 
 @dataclass(frozen=True)
-class Problem:
+class Finding:
     """One finding. ``valid`` is what it does to the verdict: False or ``"unknown"``.
 
     ``kind`` groups findings: ``lost``, ``doubled``, ``dead``, ``stray_effect``,
@@ -68,7 +68,7 @@ class Problem:
         return self.message
 
 
-def compose(*groups: Iterable[Problem]) -> tuple[Validity, tuple[Problem, ...]]:
+def compose(*groups: Iterable[Finding]) -> tuple[Validity, tuple[Finding, ...]]:
     """Several checkers' findings as one: the merged validity and all findings in order."""
     problems = tuple(p for group in groups for p in group)
     return merge_valid(*(p.valid for p in problems)), problems
@@ -96,7 +96,7 @@ class Recovery:
 class Verdict:
     valid: Validity
     problems: tuple[str, ...]
-    findings: tuple[Problem, ...]
+    findings: tuple[Finding, ...]
     # submits
     submitted: int  # distinct idempotency keys invoked
     accepted: int  # acknowledged + unknown_landed
@@ -259,12 +259,12 @@ class _Submit:
     acked_ids: list[str]
 
 
-def _submits(history: Sequence[Op]) -> tuple[dict[str, _Submit], list[Problem]]:
-    problems: list[Problem] = []
+def _submits(history: Sequence[Op]) -> tuple[dict[str, _Submit], list[Finding]]:
+    problems: list[Finding] = []
     for op in history:
         if op.f == "submit" and op.is_invoke and not isinstance(op.value.get("key"), str):
             problems.append(
-                Problem(
+                Finding(
                     "unkeyed",
                     UNKNOWN,
                     f"submit op #{op.index} carries no idempotency key: its job cannot be "
@@ -348,7 +348,7 @@ def check(
                 continue
             for acked in sorted(set(submit.acked_ids) - {job["id"]}):
                 findings.append(
-                    Problem(
+                    Finding(
                         "mismatch",
                         False,
                         f"mismatch: key {submit.key} was acknowledged as job {acked} but the "
@@ -365,7 +365,7 @@ def check(
             rejected += 1
             if job is not None:
                 findings.append(
-                    Problem(
+                    Finding(
                         "rejected_landed",
                         False,
                         f"rejected_landed: key {submit.key} was only ever rejected (4xx) but "
@@ -398,7 +398,7 @@ def check(
         if status == Status.DEAD and not submit.value.get("may_die", False):
             why = f" ({job['last_error']})" if job.get("last_error") else ""
             findings.append(
-                Problem(
+                Finding(
                     "dead",
                     False,
                     f"dead: job {job['id']} (key {submit.key}, type {job['type']}) is dead but "
@@ -420,7 +420,7 @@ def check(
 
     for issue in lost_jobs:
         findings.append(
-            Problem(
+            Finding(
                 "lost",
                 False,
                 f"lost: job {issue.job_id or '?'} (key {issue.key}): {issue.reason}",
@@ -428,7 +428,7 @@ def check(
         )
     for job in not_due:
         findings.append(
-            Problem(
+            Finding(
                 "not_due",
                 UNKNOWN,
                 f"not_due: job {job['id']} ({job['status']}) was not due yet when the system "
@@ -449,7 +449,7 @@ def check(
             stray += len(rows)
             state = "missing from the table" if job is None else f"{job['status']}"
             findings.append(
-                Problem(
+                Finding(
                     "stray_effect",
                     False,
                     f"stray_effect: job {job_id} has {len(rows)} effect(s) but is {state}; "
@@ -458,7 +458,7 @@ def check(
             )
     for issue in doubled_jobs:
         findings.append(
-            Problem(
+            Finding(
                 "doubled",
                 False,
                 f"doubled: job {issue.job_id} (key {issue.key}) took effect more than once: "
@@ -497,7 +497,7 @@ def check(
 
     if not accepted:
         findings.append(
-            Problem("empty", UNKNOWN, "empty: no submit was accepted, so the run shows nothing")
+            Finding("empty", UNKNOWN, "empty: no submit was accepted, so the run shows nothing")
         )
 
     valid, ordered = compose(findings)
@@ -571,12 +571,12 @@ def judge(
     problems = [p for p in verdict.findings if p.kind not in _COUNTED]
     if verdict.lost > expect.max_lost:
         problems.append(
-            Problem("lost", False, f"{verdict.lost} job(s) lost; at most {expect.max_lost} allowed")
+            Finding("lost", False, f"{verdict.lost} job(s) lost; at most {expect.max_lost} allowed")
         )
     if expect.expect_doubled:
         if verdict.doubled == 0:
             problems.append(
-                Problem(
+                Finding(
                     "doubled",
                     False,
                     "expected duplicate effects (fencing off) but saw none: this run could "
@@ -585,7 +585,7 @@ def judge(
             )
     elif verdict.doubled > expect.max_doubled:
         problems.append(
-            Problem(
+            Finding(
                 "doubled",
                 False,
                 f"{verdict.doubled} job(s) took effect more than once; at most "
@@ -598,7 +598,7 @@ def judge(
             label = f"{r.fault} {r.target}" if r.target else r.fault
             if r.seconds is None:
                 problems.append(
-                    Problem(
+                    Finding(
                         "recovery",
                         UNKNOWN,
                         f"{label} (from t={r.started:.1f}s): no job finished after it was "
@@ -607,7 +607,7 @@ def judge(
                 )
             elif r.seconds > bound:
                 problems.append(
-                    Problem(
+                    Finding(
                         "recovery",
                         False,
                         f"{label}: recovered {r.seconds:.1f}s after healing at "
@@ -617,12 +617,12 @@ def judge(
     if expect.alerts:
         if alerts_fired is None:
             problems.append(
-                Problem("alerts", UNKNOWN, f"alerts {', '.join(expect.alerts)} were not checked")
+                Finding("alerts", UNKNOWN, f"alerts {', '.join(expect.alerts)} were not checked")
             )
         else:
             fired = set(alerts_fired)
             for name in expect.alerts:
                 if name not in fired:
-                    problems.append(Problem("alerts", False, f"alert {name} did not fire"))
+                    problems.append(Finding("alerts", False, f"alert {name} did not fire"))
     passed, ordered = compose(problems)
     return Judgement(passed, tuple(p.message for p in ordered))

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 OpType = Literal["invoke", "ok", "fail", "info"]
+# how an invocation completed: it happened, it certainly did not, or unknown
+OpOutcome = Literal["ok", "fail", "info"]
 TYPES: tuple[str, ...] = ("invoke", "ok", "fail", "info")
 COMPLETIONS: frozenset[str] = frozenset({"ok", "fail", "info"})
 
@@ -273,7 +275,7 @@ class Recorder:
     def complete(
         self,
         invocation: Op,
-        op_type: Literal["ok", "fail", "info"],
+        op_type: OpOutcome,
         value: Mapping[str, Any] | None = None,
         error: str | None = None,
     ) -> Op:

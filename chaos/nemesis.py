@@ -240,7 +240,7 @@ class ToxiproxyError(RuntimeError):
     pass
 
 
-class Toxiproxy:
+class ToxiproxyClient:
     """Toxiproxy's HTTP API, spoken directly with httpx (Trio-friendly)."""
 
     def __init__(self, url: str = TOXIPROXY_URL, *, timeout: float = 5.0) -> None:
@@ -249,7 +249,7 @@ class Toxiproxy:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def __aenter__(self) -> Toxiproxy:
+    async def __aenter__(self) -> ToxiproxyClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -547,7 +547,7 @@ class Nemesis:
     """
 
     calls: StackCalls
-    toxiproxy: Toxiproxy
+    toxiproxy: ToxiproxyClient
     recorder: Recorder
     env_for: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     sampler: MetricsSampler | None = None
@@ -788,7 +788,7 @@ class Link:
         return runtime_proxy_name(self.process, self.proxy)
 
 
-async def link_proxies(toxiproxy: Toxiproxy, pairs: Sequence[tuple[str, str]]) -> list[Link]:
+async def link_proxies(toxiproxy: ToxiproxyClient, pairs: Sequence[tuple[str, str]]) -> list[Link]:
     """Add a private proxy for each (process, proxy) pair, in front of the same upstream as
     the shared one. The caller restarts each process with :func:`link_env`."""
     links = []

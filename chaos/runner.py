@@ -54,7 +54,7 @@ import trio
 from psycopg.rows import dict_row
 
 from chaos import alerts
-from chaos.checker import UNKNOWN, Judgement, Problem, Verdict, check, judge, merge_valid
+from chaos.checker import UNKNOWN, Finding, Judgement, Verdict, check, judge, merge_valid
 from chaos.history import HistoryWriter, Op, Recorder
 from chaos.nemesis import (
     COUNTERS,
@@ -63,7 +63,7 @@ from chaos.nemesis import (
     MetricsSampler,
     Nemesis,
     StackCalls,
-    Toxiproxy,
+    ToxiproxyClient,
     link_proxies,
     link_targets,
     process_envs,
@@ -85,7 +85,7 @@ from chaos.workload import (
     ClientView,
     Drain,
     MessageView,
-    Workload,
+    WorkloadClient,
     backlog_drain,
     client_view,
     message_view,
@@ -526,15 +526,15 @@ def harness_problems(
     firing_at_start: set[str] | None = None,
     meddling: Sequence[str] = (),
     crashed: Sequence[str] = (),
-) -> list[Problem]:
+) -> list[Finding]:
     """The runner's own checks, on top of :func:`chaos.checker.judge`."""
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     expect = scenario.expect
     for what in crashed:
-        problems.append(Problem("crash", False, f"crash: {what}"))
+        problems.append(Finding("crash", False, f"crash: {what}"))
     for what in meddling:
         problems.append(
-            Problem(
+            Finding(
                 "interference",
                 UNKNOWN,
                 f"interference: {what}; something else drove the shared stack during the "
@@ -545,7 +545,7 @@ def harness_problems(
         spec = injection.spec
         if injection.start_error:
             problems.append(
-                Problem(
+                Finding(
                     "nemesis",
                     UNKNOWN,
                     f"nemesis: {spec.label} at t={spec.at:g}s was not injected as planned "
@@ -554,7 +554,7 @@ def harness_problems(
             )
         if injection.started and not injection.healed:
             problems.append(
-                Problem(
+                Finding(
                     "nemesis",
                     UNKNOWN,
                     f"nemesis: {spec.label} could not be healed ({injection.stop_error})",
@@ -563,7 +563,7 @@ def harness_problems(
         if spec.wait_for is not None and injection.wait_met is False:
             peak = injection.peak
             problems.append(
-                Problem(
+                Finding(
                     "evidence",
                     UNKNOWN,
                     f"evidence: {spec.label} at t={spec.at:g}s waited "
@@ -575,7 +575,7 @@ def harness_problems(
     if view.failed_then_replayed:
         keys = ", ".join(view.failed_then_replayed[:5])
         problems.append(
-            Problem(
+            Finding(
                 "api_contract",
                 False,
                 f"api_contract: {len(view.failed_then_replayed)} submit(s) were answered 503 "
@@ -589,7 +589,7 @@ def harness_problems(
             label = f"{drain.fault} {drain.target}" if drain.target else drain.fault
             if drain.seconds is not None and drain.seconds > bound:
                 problems.append(
-                    Problem(
+                    Finding(
                         "drain",
                         False,
                         f"drain: the backlog of {label} (healed at t={drain.stopped:.1f}s) "
@@ -598,7 +598,7 @@ def harness_problems(
                 )
     if verdict.redeliveries < expect.min_redeliveries:
         problems.append(
-            Problem(
+            Finding(
                 "evidence",
                 UNKNOWN,
                 f"evidence: {verdict.redeliveries} redelivered job(s), at least "
@@ -608,7 +608,7 @@ def harness_problems(
         )
     if view.unknown_landed < expect.min_unknown_landed:
         problems.append(
-            Problem(
+            Finding(
                 "evidence",
                 UNKNOWN,
                 f"evidence: {view.unknown_landed} submit(s) with an unknown outcome landed, "
@@ -620,7 +620,7 @@ def harness_problems(
         if firing_at_start is None or name in firing_at_start:
             why = "could not be read" if firing_at_start is None else "was already firing"
             problems.append(
-                Problem(
+                Finding(
                     "alerts",
                     UNKNOWN,
                     f"alerts: {name}: the set of alerts firing when the run started {why}; "
@@ -631,7 +631,7 @@ def harness_problems(
         seen = messages.duplicate_messages if messages is not None else None
         if seen is None or seen < expect.min_duplicate_messages:
             problems.append(
-                Problem(
+                Finding(
                     "evidence",
                     UNKNOWN,
                     f"evidence: {'unknown' if seen is None else seen} message(s) produced twice, "
@@ -642,7 +642,7 @@ def harness_problems(
     return problems
 
 
-def full_judgement(base: Judgement, extra: Sequence[Problem]) -> Judgement:
+def full_judgement(base: Judgement, extra: Sequence[Finding]) -> Judgement:
     """The checker's judgement with the harness's own problems added."""
     passed = merge_valid(base.passed, *(p.valid for p in extra))
     return Judgement(passed, base.problems + tuple(p.message for p in extra))
@@ -910,7 +910,7 @@ async def run_scenario(
 
     pairs = link_targets(scenario.faults)  # fails early on an impossible link
     calls = StackCalls(stack)
-    toxiproxy = Toxiproxy()
+    toxiproxy = ToxiproxyClient()
     envs: dict[str, dict[str, str]] = {}
     try:
         with trio.CancelScope(shield=True):
@@ -955,7 +955,7 @@ async def run_scenario(
 async def _run(
     scenario: Scenario,
     calls: StackCalls,
-    toxiproxy: Toxiproxy,
+    toxiproxy: ToxiproxyClient,
     envs: Mapping[str, Mapping[str, str]],
     setup: dict[str, Any],
     directory: Path,
@@ -977,7 +977,7 @@ async def _run(
     sampler = MetricsSampler(tracker)
     nemesis = Nemesis(calls, toxiproxy, recorder, env_for=envs, sampler=sampler, say=log)
     retry_until = max(workload_spec.duration, _last_fault_stop(scenario)) + RETRY_GRACE
-    workload = Workload(
+    workload = WorkloadClient(
         recorder,
         plan,
         base_url=API_URL,

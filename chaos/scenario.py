@@ -277,7 +277,7 @@ class Mix:
 
 
 @dataclass(frozen=True)
-class Workload:
+class WorkloadSpec:
     rate: float  # submits per second
     duration: float  # seconds of submitting
     mix: Mix = field(default_factory=Mix)
@@ -328,7 +328,7 @@ class Expectations:
 class Scenario:
     name: str
     description: str
-    workload: Workload
+    workload: WorkloadSpec
     faults: tuple[FaultSpec, ...]  # explicit and generated, by start time
     expect: Expectations
     fencing: bool = True
@@ -451,7 +451,7 @@ class _Table:
             )
 
 
-def _workload(table: _Table | None, source: str) -> Workload:
+def _workload(table: _Table | None, source: str) -> WorkloadSpec:
     if table is None:
         raise ScenarioError(source, "workload", "is required")
     mix_table = table.table("mix")
@@ -462,7 +462,7 @@ def _workload(table: _Table | None, source: str) -> Workload:
         if sum(weights.values()) <= 0:
             raise mix_table.fail(MIX_KINDS[0], "at least one weight of the mix must be positive")
         mix = Mix(**weights)
-    workload = Workload(
+    workload = WorkloadSpec(
         rate=table.number("rate", required=True, above=True, high=10_000),
         duration=table.number("duration", required=True, above=True, high=86_400),
         mix=mix,
@@ -791,7 +791,7 @@ class PlannedSubmit:
         )
 
 
-def plan_submits(workload: Workload, *, seed: int, key_prefix: str) -> Iterator[PlannedSubmit]:
+def plan_submits(workload: WorkloadSpec, *, seed: int, key_prefix: str) -> Iterator[PlannedSubmit]:
     """The workload's submits at a steady ``rate`` for ``duration`` seconds, kinds drawn by
     the mix's weights. Pure given the arguments; ``key_prefix`` makes the Idempotency-Keys
     unique to the run."""

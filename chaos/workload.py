@@ -1,8 +1,8 @@
 """The chaos workload: the client side of a run, in Jepsen's shape.
 
-A :class:`Workload` sends the planned submits (:func:`chaos.scenario.plan_submits`) through the
-real HTTP API at their scheduled times from a bounded set of client processes, and records
-every request and its outcome in the history. A submit of a shop kind (``receipt``) goes to
+A :class:`WorkloadClient` sends the planned submits (:func:`chaos.scenario.plan_submits`)
+through the real HTTP API at their scheduled times from a bounded set of client processes, and
+records every request and its outcome in the history. A submit of a shop kind (``receipt``) goes to
 the example shop's ``POST /orders`` instead (the order and its ``send_receipt`` job in one
 transaction, the planned key as the Idempotency-Key); its answer is classified the same way
 and its job is the ``receipt_job_id`` of the answer.
@@ -32,17 +32,23 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import trio
 
-from chaos.history import SUBMIT, Op, Recorder, fault_windows, pairs, submit_ok_value
+from chaos.history import (
+    SUBMIT,
+    Op,
+    OpOutcome,
+    Recorder,
+    fault_windows,
+    pairs,
+    submit_ok_value,
+)
 from chaos.scenario import PlannedSubmit
 from leasework.client import submit_body
 from leasework.states import Status
-
-Outcome = Literal["ok", "fail", "info"]
 
 # 5xx problem types whose contract says nothing was written
 NOTHING_WRITTEN_PROBLEMS = frozenset({"database-unavailable"})
@@ -58,7 +64,7 @@ NOT_SENT_ERRORS: tuple[type[BaseException], ...] = (
 class Classified:
     """How one HTTP attempt ended: its history completion type, whether to retry, and why."""
 
-    type: Outcome
+    type: OpOutcome
     retry: bool
     reason: str  # short and stable, for counting: "202", "http-422", "ReadTimeout", ...
     error: str | None = None  # the completion's error text
@@ -162,7 +168,7 @@ class WorkloadStats:
         }
 
 
-class Workload:
+class WorkloadClient:
     """Sends ``plan`` through the API at ``base_url`` (a shop kind's submits to the example
     shop at ``shop_url``), recording into ``recorder``.
 

@@ -10,7 +10,7 @@ import pytest
 
 from chaos.checker import (
     UNKNOWN,
-    Problem,
+    Finding,
     Verdict,
     check,
     compose,
@@ -436,7 +436,7 @@ def test_invalid_outranks_unknown_outranks_valid():
     with pytest.raises(ValueError):
         rank("maybe")  # type: ignore[arg-type]
     valid, problems = compose(
-        [Problem("not_due", UNKNOWN, "later")], [], [Problem("lost", False, "gone")]
+        [Finding("not_due", UNKNOWN, "later")], [], [Finding("lost", False, "gone")]
     )
     assert valid is False and [p.kind for p in problems] == ["not_due", "lost"]
 

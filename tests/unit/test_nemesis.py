@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from chaos.checker import UNKNOWN, Judgement, Problem
+from chaos.checker import UNKNOWN, Finding, Judgement
 from chaos.history import Recorder, fault_windows
 from chaos.nemesis import (
     MID_JOB_WAIT,
@@ -550,9 +550,9 @@ def test_harness_bounds_the_drain_and_holds_the_api_to_its_503():
 def test_full_judgement_composes():
     base = Judgement(True, ())
     assert full_judgement(base, []) == base
-    unknown = full_judgement(base, [Problem("evidence", UNKNOWN, "e")])
+    unknown = full_judgement(base, [Finding("evidence", UNKNOWN, "e")])
     assert unknown.passed == UNKNOWN and unknown.problems == ("e",)
-    failed = full_judgement(Judgement(UNKNOWN, ("u",)), [Problem("drain", False, "d")])
+    failed = full_judgement(Judgement(UNKNOWN, ("u",)), [Finding("drain", False, "d")])
     assert failed.passed is False and failed.problems == ("u", "d")
 
 

@@ -19,7 +19,7 @@ from chaos.scenario import (
     Mix,
     ScenarioError,
     WaitFor,
-    Workload,
+    WorkloadSpec,
     fault_workers,
     load_scenario,
     load_scenarios,
@@ -300,7 +300,7 @@ def test_random_faults_in_a_file_are_expanded_deterministically(tmp_path):
 
 
 def test_the_plan_follows_rate_mix_and_seed():
-    workload = Workload(
+    workload = WorkloadSpec(
         rate=10.0,
         duration=20.0,
         mix=Mix(noop=1, delayed=1, fail=1, ledger=1),
@@ -326,7 +326,7 @@ def test_the_plan_follows_rate_mix_and_seed():
 def test_receipts_are_orders_placed_through_the_shop_under_its_policy():
     from examples.shop.jobs import app as shop_app
 
-    workload = Workload(rate=10.0, duration=5.0, mix=Mix(noop=0, receipt=1), max_attempts=9)
+    workload = WorkloadSpec(rate=10.0, duration=5.0, mix=Mix(noop=0, receipt=1), max_attempts=9)
     plan = list(plan_submits(workload, seed=2, key_prefix="shop"))
     assert plan == list(plan_submits(workload, seed=2, key_prefix="shop"))
     assert len(plan) == 50 and len({p.key for p in plan}) == 50
@@ -350,7 +350,7 @@ def test_receipts_are_orders_placed_through_the_shop_under_its_policy():
 def test_a_zero_receipt_weight_leaves_a_plan_unchanged():
     # the kind drawn for each submit is what a mix of the four older kinds draws: reports of
     # earlier runs replay with the same seed
-    workload = Workload(rate=10.0, duration=10.0, mix=Mix(noop=1, delayed=2, fail=1, ledger=3))
+    workload = WorkloadSpec(rate=10.0, duration=10.0, mix=Mix(noop=1, delayed=2, fail=1, ledger=3))
     plan = list(plan_submits(workload, seed=9, key_prefix="k"))
     rng = random.Random(9)
     older = []

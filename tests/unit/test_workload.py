@@ -11,11 +11,9 @@ import httpx
 import pytest
 
 from chaos.history import Op, Recorder, nemesis_value, submit_ok_value, submit_value
-from chaos.scenario import Mix, PlannedSubmit, Workload, plan_submits
+from chaos.scenario import Mix, PlannedSubmit, WorkloadSpec, plan_submits
 from chaos.workload import (
-    Workload as Client,
-)
-from chaos.workload import (
+    WorkloadClient,
     backlog_drain,
     classify_exception,
     classify_response,
@@ -101,7 +99,7 @@ def test_request_body_is_the_plan_and_omits_a_zero_delay():
 
 
 def test_the_plan_carries_the_mix_and_unique_keys():
-    workload = Workload(rate=10, duration=3, mix=Mix(noop=1, delayed=1, fail=1, ledger=1))
+    workload = WorkloadSpec(rate=10, duration=3, mix=Mix(noop=1, delayed=1, fail=1, ledger=1))
     plan = list(plan_submits(workload, seed=3, key_prefix="p"))
     assert len(plan) == 30
     assert len({p.key for p in plan}) == 30
@@ -136,7 +134,7 @@ class FakeApi:
 async def run_client(script: dict[str, list[object]], plan: list[PlannedSubmit], **kwargs):
     api = FakeApi(script)
     recorder = Recorder()
-    client = Client(
+    client = WorkloadClient(
         recorder,
         plan,
         base_url="http://api.test",
@@ -248,7 +246,7 @@ async def run_shop_client(shop_script: dict[str, list[object]], plan: list[Plann
     def route(request: httpx.Request) -> httpx.Response:
         return shop(request) if request.url.host == "shop.test" else api(request)
 
-    client = Client(
+    client = WorkloadClient(
         recorder,
         plan,
         base_url="http://api.test",
@@ -309,7 +307,7 @@ async def test_shop_answers_are_classified_like_the_apis():
 
 def test_a_plan_with_receipts_needs_the_shop():
     with pytest.raises(ValueError, match="shop_url"):
-        Client(Recorder(), [receipt(0)], base_url="http://api.test")
+        WorkloadClient(Recorder(), [receipt(0)], base_url="http://api.test")
 
 
 # ---------------------------------------------------------------- analyses
