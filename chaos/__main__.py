@@ -22,7 +22,7 @@ from pathlib import Path
 import trio
 
 from chaos import runner
-from chaos.scenario import ScenarioError
+from chaos.loader import ScenarioError
 
 
 def _list(args: argparse.Namespace) -> int:

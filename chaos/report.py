@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any, Literal
 from xml.sax.saxutils import escape, quoteattr
 
+from chaos import nemeses
 from chaos.checker import Judgement, Validity, Verdict
 from chaos.history import SUBMIT, FaultWindow, Op, fault_windows
-from chaos.scenario import FAULTS, Scenario, fault_kind
+from chaos.scenario import Scenario
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 TIMELINE_SVG = "timeline.svg"
 
-_KIND_COLOURS = {"toxic": "#ff7f0e", "process": "#d62728", "kafka": "#9467bd", "redis": "#2ca02c"}
+_UNKNOWN_FAULT_COLOUR = "#7f7f7f"  # a fault the registry does not know (an older history)
 _SUBMITTED_COLOUR = "#1f77b4"
 _FINISHED_COLOUR = "#17becf"
 
@@ -82,7 +83,8 @@ def throughput(verdict: Verdict, history: Sequence[Op], *, bucket: float = 1.0) 
 
 
 def _colour(fault: str) -> str:
-    return _KIND_COLOURS[fault_kind(fault)] if fault in FAULTS else "#7f7f7f"
+    known = nemeses.REGISTRY.get(fault)
+    return known.colour if known is not None else _UNKNOWN_FAULT_COLOUR
 
 
 def _nice_step(span: float, ticks: int) -> float:

@@ -1,6 +1,6 @@
 """The chaos workload: the client side of a run, in Jepsen's shape.
 
-A :class:`WorkloadClient` sends the planned submits (:func:`chaos.scenario.plan_submits`)
+A :class:`WorkloadClient` sends the planned submits (:func:`chaos.generator.plan_submits`)
 through the real HTTP API at their scheduled times from a bounded set of client processes, and
 records every request and its outcome in the history. A submit of a shop kind (``receipt``) goes to
 the example shop's ``POST /orders`` instead (the order and its ``send_receipt`` job in one
@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import trio
 
+from chaos.generator import PlannedSubmit
 from chaos.history import (
     SUBMIT,
     Op,
@@ -46,7 +47,6 @@ from chaos.history import (
     pairs,
     submit_ok_value,
 )
-from chaos.scenario import PlannedSubmit
 from leasework.client import submit_body
 from leasework.states import Status
 

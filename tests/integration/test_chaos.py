@@ -18,6 +18,7 @@ from chaos import runner
 from chaos.checker import check, judge
 from chaos.history import read_history
 from chaos.report import REPORT_JSON, REPORT_MD, TIMELINE_SVG
+from chaos.stack import env_deviations
 from devstack import Stack
 
 
@@ -54,7 +55,7 @@ def test_unsafe_lease_mode_reports_doubled_effects(unsafe_run: runner.RunResult)
     for worker in ("worker-1", "worker-2"):
         pid = stack.pid(worker)
         assert pid is not None
-        assert runner.env_deviations(stack, worker, pid) == []
+        assert env_deviations(stack, worker, pid) == []
 
 
 def test_fenced_stalled_worker_passes(fenced_run: runner.RunResult):

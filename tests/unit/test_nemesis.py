@@ -13,26 +13,14 @@ import trio
 
 from chaos.checker import UNKNOWN, Finding, Judgement
 from chaos.history import Recorder, fault_windows
-from chaos.nemesis import (
-    MID_JOB_WAIT,
-    PRIVATE_LINK_PORTS,
-    CounterTracker,
-    Injection,
-    Link,
-    Nemesis,
-    NemesisError,
-    StackCalls,
-    affected,
-    link_env,
-    link_targets,
-    parse_metrics,
-    process_envs,
-    toxic_bodies,
-    wait_condition,
-    worker_gauges,
-)
+from chaos.links import PRIVATE_LINK_PORTS, Link, link_env, link_targets, process_envs
+from chaos.loader import load_scenarios, loads_scenario
+from chaos.metrics import CounterTracker, parse_metrics, worker_gauges
+from chaos.nemeses.base import NemesisError, WaitFor
+from chaos.nemeses.signals import MID_JOB_WAIT
+from chaos.nemeses.toxics import toxic_bodies
+from chaos.nemesis import Injection, Nemesis, affected, wait_condition
 from chaos.runner import (
-    UNSAFE_ENV,
     RunResult,
     busy_cell,
     exit_code,
@@ -42,7 +30,8 @@ from chaos.runner import (
     recovery_text,
     select,
 )
-from chaos.scenario import FaultSpec, WaitFor, load_scenarios, loads_scenario
+from chaos.scenario import FaultSpec
+from chaos.stack import UNSAFE_ENV, StackCalls
 from chaos.workload import ClientView, Drain, MessageView
 from devstack.layout import SHOP_MAIL_PORT
 
@@ -59,17 +48,16 @@ def spec(
 
 
 def test_toxic_bodies_one_per_stream():
-    both = toxic_bodies(spec("latency", "postgres", latency=300, jitter=50, stream="both"), "s")
+    both = toxic_bodies("latency", {"latency": 300, "jitter": 50, "stream": "both"}, "s")
     assert [(b["name"], b["stream"]) for b in both] == [
         ("s-upstream", "upstream"),
         ("s-downstream", "downstream"),
     ]
     assert all(b["type"] == "latency" and b["toxicity"] == 1.0 for b in both)
     assert both[0]["attributes"] == {"latency": 300, "jitter": 50}
-    (one,) = toxic_bodies(spec("reset_peer", "kafka-1", timeout=0, toxicity=0.5), "t")
+    (one,) = toxic_bodies("reset_peer", {"timeout": 0, "toxicity": 0.5}, "t")
     assert one["stream"] == "downstream"  # toxiproxy's default
     assert one["toxicity"] == 0.5 and one["attributes"] == {"timeout": 0}
-    assert toxic_bodies(spec("link_down", "redis"), "u") == []
 
 
 def test_per_process_links_and_their_environment():
@@ -437,7 +425,7 @@ def test_the_busy_cell_of_an_older_report():
 
 
 async def test_the_coordinator_target_is_resolved_when_the_fault_starts(monkeypatch):
-    monkeypatch.setattr("chaos.nemesis.coordinator_broker", lambda: "kafka-3")
+    monkeypatch.setattr("chaos.nemeses.kafka.coordinator_broker", lambda: "kafka-3")
     n, stack, _, recorder = nemesis()
     injection = await n.inject(spec("kafka_kill", "coordinator"))
     await n.heal(injection)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from chaos.checker import Verdict, check, judge
 from chaos.history import Op, nemesis_value, submit_ok_value, submit_value
+from chaos.loader import loads_scenario
 from chaos.report import (
     render_svg,
     summary_row,
@@ -17,7 +18,7 @@ from chaos.report import (
     throughput,
     write_report,
 )
-from chaos.scenario import Scenario, loads_scenario
+from chaos.scenario import Scenario
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)

@@ -9,24 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from chaos.scenario import (
-    FAULTS,
-    MIX_KINDS,
-    RECEIPT_JOB_TYPE,
-    WAIT_GAUGES,
-    WORKERS,
-    Expectations,
-    Mix,
-    ScenarioError,
-    WaitFor,
-    WorkloadSpec,
-    fault_workers,
-    load_scenario,
-    load_scenarios,
-    plan_submits,
-    random_schedule,
-    target_problem,
-)
+from chaos import nemeses
+from chaos.generator import RECEIPT_JOB_TYPE, plan_submits, random_schedule
+from chaos.loader import ScenarioError, load_scenario, load_scenarios
+from chaos.nemeses import FAULTS
+from chaos.nemeses.base import WAIT_GAUGES, WORKERS, WaitFor, fault_workers
+from chaos.scenario import MIX_KINDS, Expectations, Mix, WorkloadSpec
+
+
+def target_problem(fault: str, target: str | None) -> str | None:
+    return nemeses.lookup(fault).target_problem(target)
+
 
 SAMPLE = """
 name = "stalled-worker"

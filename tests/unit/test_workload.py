@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from chaos.generator import PlannedSubmit, plan_submits
 from chaos.history import Op, Recorder, nemesis_value, submit_ok_value, submit_value
-from chaos.scenario import Mix, PlannedSubmit, WorkloadSpec, plan_submits
+from chaos.scenario import Mix, WorkloadSpec
 from chaos.workload import (
     WorkloadClient,
     backlog_drain,

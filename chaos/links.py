@@ -1,0 +1,104 @@
+"""Private links: one leasework process's own proxy for a run, so that a toxic hits it alone.
+
+A toxic whose target is ``PROCESS/PROXY`` (``worker-1/redis``, ``api/postgres``,
+``worker-2/mail``) needs a proxy of the process's own in front of the same upstream as the
+shared one (:func:`link_proxies`), with the process restarted pointing at it
+(:func:`process_envs`, :func:`link_env`). ``mail`` has no shared proxy: its upstream is the
+example shop's mail service.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chaos import nemeses
+from chaos.nemeses.base import NemesisError
+from chaos.toxiproxy import RUNTIME_PREFIX, ToxiproxyClient
+from devstack.layout import (
+    HOST,
+    PG_DATABASE,
+    PG_PASSWORD,
+    PG_USER,
+    SHOP_MAIL_PORT,
+    WORKER_PORTS,
+)
+from devstack.layout import PROXIES as PROXY_PORTS
+
+if TYPE_CHECKING:
+    from chaos.scenario import FaultSpec
+
+# upstream ports of the private links that have no shared proxy (nemeses.base.PRIVATE_LINKS)
+PRIVATE_LINK_PORTS: dict[str, int] = {"mail": SHOP_MAIL_PORT}
+
+
+def runtime_proxy_name(process: str, proxy: str) -> str:
+    return f"{RUNTIME_PREFIX}{process}-{proxy}"
+
+
+def link_targets(faults: Iterable[FaultSpec]) -> list[tuple[str, str]]:
+    """The (process, proxy) pairs that need a proxy of their own, in a stable order."""
+    found = {nemeses.lookup(spec.fault).link(spec.target) for spec in faults}
+    return sorted(pair for pair in found if pair is not None)
+
+
+def link_env(proxy: str, port: int) -> dict[str, str]:
+    """The environment that points a leasework process at a private proxy on ``port``."""
+    if proxy == "postgres":
+        return {
+            "LEASEWORK_POSTGRES_DSN": (
+                f"postgresql://{PG_USER}:{PG_PASSWORD}@{HOST}:{port}/{PG_DATABASE}"
+            )
+        }
+    if proxy == "redis":
+        return {"LEASEWORK_REDIS_ADDR": f"{HOST}:{port}"}
+    if proxy == "mail":  # read by the example shop's send_receipt (examples/shop/jobs.py)
+        return {"SHOP_MAIL_URL": f"http://{HOST}:{port}"}
+    raise NemesisError(f"no per-process link for {proxy!r}; only postgres, redis and mail")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Link:
+    process: str
+    proxy: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return runtime_proxy_name(self.process, self.proxy)
+
+
+async def link_proxies(toxiproxy: ToxiproxyClient, pairs: Sequence[tuple[str, str]]) -> list[Link]:
+    """Add a private proxy for each (process, proxy) pair, in front of the same upstream as
+    the shared one. The caller restarts each process with :func:`process_envs`."""
+    links = []
+    for process, proxy in pairs:
+        link = Link(process, proxy, free_port())
+        port = PRIVATE_LINK_PORTS[proxy] if proxy in PRIVATE_LINK_PORTS else PROXY_PORTS[proxy][1]
+        upstream = f"{HOST}:{port}"
+        await toxiproxy.delete_proxy(link.name)
+        await toxiproxy.create_proxy(link.name, f"{HOST}:{link.port}", upstream)
+        links.append(link)
+    return links
+
+
+def process_envs(
+    links: Sequence[Link], *, fencing: bool, unsafe_env: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
+    """The extra environment of each leasework process for a run: the unsafe lease mode on
+    the workers when fencing is off, and the private proxy addresses."""
+    envs: dict[str, dict[str, str]] = {}
+    if not fencing:
+        for worker in WORKER_PORTS:
+            envs.setdefault(worker, {}).update(unsafe_env)
+    for link in links:
+        envs.setdefault(link.process, {}).update(link_env(link.proxy, link.port))
+    return envs

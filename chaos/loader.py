@@ -1,0 +1,424 @@
+"""Loading chaos scenarios: TOML files with a workload, a fault schedule and expectations.
+
+A scenario file (``scenarios/*.toml``)::
+
+    name = "stalled-worker"
+    description = "SIGSTOP a worker past its lease while it holds ledger jobs."
+    fencing = true                 # false: the unsafe plain-TTL lease mode
+
+    [workload]
+    rate = 20.0                    # submits per second
+    duration = 60.0                # seconds of submitting
+    ledger_seconds = 3.0           # the ledger handler sleeps this long before its effect
+    [workload.mix]                 # relative weights
+    noop = 4
+    delayed = 2
+    fail = 2
+    ledger = 2
+    receipt = 0                    # an order placed through the example shop's POST /orders
+
+    [[faults]]
+    at = 10.0                      # seconds after the run started
+    duration = 20.0
+    fault = "sigstop"
+    target = "worker-1"
+
+    [[faults]]
+    at = 40.0
+    duration = 5.0
+    fault = "latency"
+    target = "postgres"
+    params = { latency = 500, jitter = 100 }
+
+    [[faults]]
+    at = 50.0
+    duration = 5.0
+    fault = "sigkill"
+    target = "worker-2"
+    # optional, any fault: start only once the workers it hits are this busy (a gauge of
+    # theirs, summed), or after ``patience`` seconds; without it, sigstop, sigkill and
+    # restart of a worker wait for one job in flight (up to 15 s)
+    wait_for = { gauge = "completer_waiting", at_least = 20, patience = 20 }
+
+    [random_faults]                # optional: a seeded mix appended to [[faults]]
+    seed = 7
+    faults = ["latency", "sigkill", "redis_flushall"]
+
+    [expect]
+    max_lost = 0
+    max_doubled = 0
+    recovery_seconds = 30
+    alerts = ["LeaseworkFenceRejections"]
+    expect_doubled = false         # true for the unsafe run: it must show duplicate effects
+    min_redeliveries = 0           # evidence the fault hit running jobs (checked by the runner)
+    min_unknown_landed = 0         # evidence of unknown submits that landed (ditto)
+    min_duplicate_messages = 0     # evidence of outbox rows produced twice (ditto)
+
+Loading is strict: an unknown key, a wrong type or a value out of range raises
+:class:`ScenarioError` naming the file and the field (``faults[1].target``).
+
+The faults, their targets and their params are the registry's (:mod:`chaos.nemeses`); a
+``[random_faults]`` table is expanded here, by :func:`chaos.generator.random_schedule`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from chaos import nemeses
+from chaos.generator import random_schedule
+from chaos.nemeses.base import WAIT_GAUGES, Fault, WaitFor
+from chaos.scenario import (
+    MIX_KINDS,
+    Expectations,
+    FaultSpec,
+    Mix,
+    RandomFaults,
+    Scenario,
+    WorkloadSpec,
+)
+
+
+class ScenarioError(ValueError):
+    """A scenario file is unusable; the message names the file and the field."""
+
+    def __init__(self, source: str, where: str, message: str) -> None:
+        super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+        self.source = source
+        self.field = where
+
+
+class _Table:
+    """Typed, strict access to one TOML table; every read names ``where.name`` on error."""
+
+    def __init__(self, data: Any, where: str, source: str) -> None:
+        self.source = source
+        self.where = where
+        if not isinstance(data, Mapping):
+            raise ScenarioError(source, where or "(top level)", f"must be a table, got {data!r}")
+        self.data = data
+        self.seen: set[str] = set()
+
+    def path(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def fail(self, name: str, message: str) -> ScenarioError:
+        return ScenarioError(self.source, self.path(name), message)
+
+    def get(self, name: str) -> Any:
+        self.seen.add(name)
+        return self.data.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def string(self, name: str, default: str | None = None, *, required: bool = False) -> Any:
+        value = self.get(name)
+        if value is None:
+            if required:
+                raise self.fail(name, "is required")
+            return default
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(name, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def number(
+        self,
+        name: str,
+        default: float | None = None,
+        *,
+        low: float = 0.0,
+        high: float = math.inf,
+        above: bool = False,
+        integer: bool = False,
+        required: bool = False,
+    ) -> Any:
+        value = self.get(name)
+        if value is None:
+            if required:
+                raise self.fail(name, "is required")
+            return default
+        kind = "an integer" if integer else "a number"
+        ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+        if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+            raise self.fail(name, f"must be {kind}, got {value!r}")
+        if (value <= low if above else value < low) or value > high:
+            lower = f"> {low:g}" if above else f">= {low:g}"
+            upper = "" if high == math.inf else f" and <= {high:g}"
+            raise self.fail(name, f"must be {kind} {lower}{upper}, got {value!r}")
+        return value if integer else float(value)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(name, f"must be true or false, got {value!r}")
+        return value
+
+    def strings(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = self.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(name, f"must be a list of non-empty strings, got {value!r}")
+        return tuple(value)
+
+    def table(self, name: str) -> _Table | None:
+        value = self.get(name)
+        return None if value is None else _Table(value, self.path(name), self.source)
+
+    def done(self) -> None:
+        """Reject keys nobody read: they are typos or options that do not exist."""
+        extra = sorted(set(self.data) - self.seen)
+        if extra:
+            raise self.fail(
+                extra[0],
+                "unknown field"
+                + (f" (also unknown: {', '.join(extra[1:])})" if len(extra) > 1 else "")
+                + f"; known here: {', '.join(sorted(self.seen))}",
+            )
+
+
+def _workload(table: _Table | None, source: str) -> WorkloadSpec:
+    if table is None:
+        raise ScenarioError(source, "workload", "is required")
+    mix_table = table.table("mix")
+    mix = Mix()
+    if mix_table is not None:
+        weights = {k: mix_table.number(k, 0.0) for k in MIX_KINDS}
+        mix_table.done()
+        if sum(weights.values()) <= 0:
+            raise mix_table.fail(MIX_KINDS[0], "at least one weight of the mix must be positive")
+        mix = Mix(**weights)
+    workload = WorkloadSpec(
+        rate=table.number("rate", required=True, above=True, high=10_000),
+        duration=table.number("duration", required=True, above=True, high=86_400),
+        mix=mix,
+        ledger_seconds=table.number("ledger_seconds", 0.0, high=3600),
+        delay_seconds=table.number("delay_seconds", 5.0, high=86_400),
+        fail_times=table.number("fail_times", 1, integer=True, high=1000),
+        fail_max_attempts=table.number("fail_max_attempts", 5, integer=True, low=1, high=100),
+        max_attempts=table.number("max_attempts", 5, integer=True, low=1, high=100),
+        timeout_seconds=table.number("timeout_seconds", 30, integer=True, low=1, high=86_400),
+        clients=table.number("clients", 4, integer=True, low=1, high=1000),
+        submit_timeout=table.number("submit_timeout", 5.0, above=True, high=600),
+        quiet_timeout=table.number("quiet_timeout", 120.0, above=True, high=86_400),
+    )
+    table.done()
+    return workload
+
+
+def _params(fault_table: _Table, fault: Fault) -> dict[str, Any]:
+    """The fault's params, as its :class:`~chaos.nemeses.base.Param` entries say."""
+    table = fault_table.table("params") or _Table(
+        {}, fault_table.path("params"), fault_table.source
+    )
+    if not fault.params and table.data:
+        raise table.fail(sorted(table.data)[0], f"unknown field: {fault.name} takes no params")
+    params: dict[str, Any] = {}
+    for param in fault.params:
+        value: Any
+        if param.choices:
+            value = table.string(param.name, required=param.required)
+            if value is not None and value not in param.choices:
+                raise table.fail(
+                    param.name, f"must be one of {', '.join(param.choices)}, got {value!r}"
+                )
+        else:
+            value = table.number(
+                param.name, None, low=param.low, high=param.high, required=param.required
+            )
+            if value is not None and param.whole and float(value).is_integer():
+                value = int(value)
+        if value is not None:
+            params[param.name] = value
+    table.done()
+    return params
+
+
+def _wait_for(fault_table: _Table) -> WaitFor | None:
+    """``wait_for = { gauge = "...", at_least = N, patience = S }``, or just the gauge's name
+    (at least 1, 15 s of patience)."""
+    value = fault_table.data.get("wait_for")
+    if isinstance(value, str):
+        value = {"gauge": value}
+    elif value is None or not isinstance(value, Mapping):
+        fault_table.table("wait_for")  # None, or the error naming the field
+        return None
+    fault_table.seen.add("wait_for")
+    table = _Table(value, fault_table.path("wait_for"), fault_table.source)
+    gauge = table.string("gauge", required=True)
+    if gauge not in WAIT_GAUGES:
+        raise table.fail(
+            "gauge", f"{gauge!r} is not a worker gauge to wait for; known: {', '.join(WAIT_GAUGES)}"
+        )
+    wait = WaitFor(
+        gauge=gauge,
+        at_least=table.number("at_least", 1.0, above=True, high=1_000_000),
+        patience=table.number("patience", 15.0, above=True, high=600),
+    )
+    table.done()
+    return wait
+
+
+def _fault(table: _Table) -> FaultSpec:
+    name = table.string("fault", required=True)
+    if name not in nemeses.REGISTRY:
+        raise table.fail("fault", f"{name!r} is not a fault; known: {', '.join(nemeses.FAULTS)}")
+    fault = nemeses.lookup(name)
+    at = table.number("at", required=True)
+    duration = table.number("duration", None if fault.lasts else 0.0, required=fault.lasts)
+    if not fault.instant and duration <= 0:
+        raise table.fail("duration", f"{name} needs a duration > 0, got {duration!r}")
+    target = table.string("target")
+    if target is None:
+        target = fault.default_target
+    why = fault.target_problem(target)
+    if why is not None:
+        raise table.fail("target", f"is required for {name}" if target is None else why)
+    params = _params(table, fault)
+    wait_for = _wait_for(table)
+    table.done()
+    return FaultSpec(
+        at=at, duration=duration, fault=name, target=target, params=params, wait_for=wait_for
+    )
+
+
+def _random_faults(table: _Table) -> RandomFaults:
+    seed = table.number("seed", required=True, integer=True, low=-(2**63), high=2**63)
+    faults = table.strings("faults", nemeses.FAULTS)
+    for fault in faults:
+        if fault not in nemeses.REGISTRY:
+            known = ", ".join(nemeses.FAULTS)
+            raise table.fail("faults", f"{fault!r} is not a fault; known: {known}")
+    if not faults:
+        raise table.fail("faults", "must name at least one fault")
+    spec = RandomFaults(
+        seed=seed,
+        faults=faults,
+        min_duration=table.number("min_duration", 2.0, above=True),
+        max_duration=table.number("max_duration", 10.0, above=True),
+        min_gap=table.number("min_gap", 3.0),
+        max_gap=table.number("max_gap", 10.0),
+        start=table.number("start", 5.0),
+        tail=table.number("tail", 10.0),
+    )
+    if spec.max_duration < spec.min_duration:
+        raise table.fail("max_duration", "must be >= min_duration")
+    if spec.max_gap < spec.min_gap:
+        raise table.fail("max_gap", "must be >= min_gap")
+    table.done()
+    return spec
+
+
+def _expectations(table: _Table | None) -> Expectations:
+    if table is None:
+        return Expectations()
+    expect = Expectations(
+        max_lost=table.number("max_lost", 0, integer=True),
+        max_doubled=table.number("max_doubled", 0, integer=True),
+        recovery_seconds=table.number("recovery_seconds", None, above=True),
+        alerts=table.strings("alerts"),
+        expect_doubled=table.boolean("expect_doubled", False),
+        min_redeliveries=table.number("min_redeliveries", 0, integer=True),
+        min_unknown_landed=table.number("min_unknown_landed", 0, integer=True),
+        min_duplicate_messages=table.number("min_duplicate_messages", 0, integer=True),
+    )
+    table.done()
+    return expect
+
+
+def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scenario:
+    """A :class:`Scenario` from parsed TOML; ``source`` names the file in errors."""
+    top = _Table(data, "", source)
+    name = top.string("name", required=True)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise top.fail("name", f"{name!r} must be letters, digits, '-', '_' or '.'")
+    description = top.string("description", "")
+    fencing = top.boolean("fencing", True)
+    workload = _workload(top.table("workload"), source)
+
+    faults: list[FaultSpec] = []
+    raw_faults = top.get("faults")
+    if raw_faults is not None:
+        if not isinstance(raw_faults, list):
+            raise top.fail("faults", "must be an array of tables ([[faults]])")
+        for i, raw in enumerate(raw_faults):
+            faults.append(_fault(_Table(raw, f"faults[{i}]", source)))
+
+    random_table = top.table("random_faults")
+    random_spec = _random_faults(random_table) if random_table is not None else None
+    if random_spec is not None:
+        faults.extend(
+            random_schedule(
+                random_spec.seed,
+                workload.duration,
+                faults=random_spec.faults,
+                min_duration=random_spec.min_duration,
+                max_duration=random_spec.max_duration,
+                min_gap=random_spec.min_gap,
+                max_gap=random_spec.max_gap,
+                start=random_spec.start,
+                tail=random_spec.tail,
+            )
+        )
+
+    expect = _expectations(top.table("expect"))
+    if expect.expect_doubled and fencing:
+        raise ScenarioError(
+            source,
+            "expect.expect_doubled",
+            "true only makes sense with fencing = false: with the fence on, duplicate effects "
+            "are exactly what must not happen",
+        )
+    top.done()
+    return Scenario(
+        name=name,
+        description=description,
+        workload=workload,
+        faults=tuple(sorted(faults, key=lambda f: (f.at, f.fault, str(f.target)))),
+        expect=expect,
+        fencing=fencing,
+        random_faults=random_spec,
+        source=source,
+    )
+
+
+def loads_scenario(text: str, *, source: str = "<string>") -> Scenario:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(source, "", f"not valid TOML: {exc}") from None
+    return parse_scenario(data, source=source)
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Load and validate one scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+    return loads_scenario(text, source=str(path))
+
+
+def load_scenarios(directory: str | os.PathLike[str]) -> list[Scenario]:
+    """Every ``*.toml`` under ``directory``, by file name; names must be unique."""
+    scenarios: list[Scenario] = []
+    names: dict[str, str] = {}
+    for path in sorted(Path(directory).glob("*.toml")):
+        scenario = load_scenario(path)
+        if scenario.name in names:
+            raise ScenarioError(
+                str(path), "name", f"{scenario.name!r} is already used by {names[scenario.name]}"
+            )
+        names[scenario.name] = str(path)
+        scenarios.append(scenario)
+    return scenarios
