@@ -1,39 +1,28 @@
-"""The checker: a pure function from a history plus the tables read once the system went quiet
-to a :class:`Verdict`.
+"""Checkers composed by name, as Jepsen's ``checker.clj`` composes them (``compose``,
+``merge-valid``).
 
-Nothing here does I/O or reads a clock; the same inputs always give the same verdict.
-
-The promise being checked: every accepted job reaches a terminal state (at-least-once), no
-job's effect is recorded twice (at-most-once effects), and a job whose type records an effect
-(``ledger``; the example shop's ``send_receipt``, whose effect is the receipt recorded on its
-order) that succeeded has exactly its one effect. A submit is *accepted* when it was
-acknowledged (``ok``), or when its outcome was unknown (``info``) and its Idempotency-Key is
-found in the jobs table: an unknown that did land must then finish like any other.
+A checker is a pure function from one subject (a run's history and tables,
+:mod:`chaos.verdict`; a verdict and what the harness saw, :mod:`chaos.judge`) to its
+:class:`Checked`: the findings it makes, each keeping its kind, and what it measured.
+:func:`compose` runs a mapping of named checkers on one subject; a checker that raises
+yields a finding of kind ``crashed`` that is ``unknown``, never a silent pass.
 
 Validity follows Jepsen: ``True``, ``False`` or ``"unknown"``; composing ranks invalid over
-unknown over valid. :func:`judge` then compares a verdict with a scenario's expectations
-(which may, for the unsafe run with fencing off, *require* duplicate effects).
+unknown over valid, and a checker without findings is valid.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
-
-from chaos.history import Op, Pair, fault_windows, submits_by_key
-from leasework.states import TERMINAL, WAITING, Status
-
-if TYPE_CHECKING:
-    from chaos.scenario import Expectations
+from typing import Any, Literal, TypeVar
 
 Validity = bool | Literal["unknown"]
 UNKNOWN: Literal["unknown"] = "unknown"
 
 _RANK: dict[Validity, int] = {True: 0, UNKNOWN: 1, False: 2}
+
+S = TypeVar("S")
 
 
 def rank(valid: Validity) -> int:
@@ -57,8 +46,10 @@ def merge_valid(*values: Validity) -> Validity:
 class Finding:
     """One finding. ``valid`` is what it does to the verdict: False or ``"unknown"``.
 
-    ``kind`` groups findings: ``lost``, ``doubled``, ``dead``, ``stray_effect``,
-    ``mismatch``, ``rejected_landed``, ``not_due``, ``unkeyed``, ``empty``."""
+    ``kind`` groups findings: the history checkers' ``lost``, ``doubled``, ``dead``,
+    ``stray_effect``, ``mismatch``, ``rejected_landed``, ``not_due``, ``unkeyed``, ``empty``;
+    the judges' ``recovery``, ``alerts``, ``crash``, ``interference``, ``nemesis``,
+    ``evidence``, ``api_contract``, ``drain``; ``crashed`` for a checker that raised."""
 
     kind: str
     valid: Validity
@@ -68,561 +59,66 @@ class Finding:
         return self.message
 
 
-def compose(*groups: Iterable[Finding]) -> tuple[Validity, tuple[Finding, ...]]:
-    """Several checkers' findings as one: the merged validity and all findings in order."""
-    problems = tuple(p for group in groups for p in group)
-    return merge_valid(*(p.valid for p in problems)), problems
+@dataclass(frozen=True)
+class Checked:
+    """What one checker returns: its findings and what it measured (Jepsen's other keys)."""
+
+    findings: tuple[Finding, ...] = ()
+    measures: Mapping[str, Any] = field(default_factory=dict)
+
+
+Checker = Callable[[S], Checked | Iterable[Finding]]
 
 
 @dataclass(frozen=True)
-class JobIssue:
-    job_id: str | None
-    key: str | None
-    reason: str
+class Result:
+    """One named checker's result: the worst of its findings' validities (valid without
+    any), its findings, and its measures (empty when it crashed)."""
 
-
-@dataclass(frozen=True)
-class Recovery:
-    """For one fault: when it was healed and how long until the first job finished after."""
-
-    fault: str
-    target: str | None
-    started: float
-    stopped: float | None
-    seconds: float | None
-
-
-@dataclass(frozen=True)
-class Verdict:
+    name: str
     valid: Validity
-    problems: tuple[str, ...]
     findings: tuple[Finding, ...]
-    # submits
-    submitted: int  # distinct idempotency keys invoked
-    accepted: int  # acknowledged + unknown_landed
-    acknowledged: int  # answered 202
-    unknown_landed: int  # outcome unknown, found in the table
-    unknown_not_landed: int  # outcome unknown, not in the table: never happened, fine
-    rejected: int  # answered 4xx only
-    # outcomes of accepted jobs
-    succeeded: int
-    dead: int
-    cancelled: int
-    lost: int
-    lost_jobs: tuple[JobIssue, ...]
-    # effects
-    doubled: int
-    doubled_jobs: tuple[JobIssue, ...]
-    stray_effects: int
-    # executions (attempt rows of accepted jobs)
-    executions: dict[int, int]  # executions per job -> number of jobs
-    max_executions: int
-    total_executions: int
-    redeliveries: int
-    fence_rejections: int | None
-    # time
-    recovery: tuple[Recovery, ...]
-    scheduling_delay_p50: float | None
-    scheduling_delay_p99: float | None
-    quiet_at: float
-    unmatched_jobs: int  # rows in the table no submit of this history asked for
-    # run-relative finish times of every job (for the throughput figure); not in to_dict()
-    finish_times: tuple[float, ...] = field(default=(), repr=False)
-
-    @property
-    def finished(self) -> int:
-        return self.succeeded + self.dead + self.cancelled
-
-    @property
-    def max_recovery(self) -> float | None:
-        seconds = [r.seconds for r in self.recovery if r.seconds is not None]
-        return max(seconds) if seconds else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "valid": self.valid,
-            "problems": list(self.problems),
-            "findings": [
-                {"kind": p.kind, "valid": p.valid, "message": p.message} for p in self.findings
-            ],
-            "submitted": self.submitted,
-            "accepted": self.accepted,
-            "acknowledged": self.acknowledged,
-            "unknown_landed": self.unknown_landed,
-            "unknown_not_landed": self.unknown_not_landed,
-            "rejected": self.rejected,
-            "succeeded": self.succeeded,
-            "dead": self.dead,
-            "cancelled": self.cancelled,
-            "finished": self.finished,
-            "lost": self.lost,
-            "lost_jobs": [vars(j) for j in self.lost_jobs],
-            "doubled": self.doubled,
-            "doubled_jobs": [vars(j) for j in self.doubled_jobs],
-            "stray_effects": self.stray_effects,
-            "executions": {str(k): v for k, v in self.executions.items()},
-            "max_executions": self.max_executions,
-            "total_executions": self.total_executions,
-            "redeliveries": self.redeliveries,
-            "fence_rejections": self.fence_rejections,
-            "recovery": [vars(r) for r in self.recovery],
-            "max_recovery": self.max_recovery,
-            "scheduling_delay_p50": self.scheduling_delay_p50,
-            "scheduling_delay_p99": self.scheduling_delay_p99,
-            "quiet_at": self.quiet_at,
-            "unmatched_jobs": self.unmatched_jobs,
-        }
-
-
-# ---------------------------------------------------------------- inputs
-
-
-def _as_datetime(value: Any) -> datetime | None:
-    """A timestamp from the tables: a datetime or an ISO 8601 string; naive means UTC."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if not isinstance(value, datetime):
-        raise ValueError(f"expected a timestamp, got {value!r}")
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _row(row: Mapping[str, Any] | Sequence[Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """A table row given as a mapping, or as a tuple in the documented column order."""
-    if isinstance(row, Mapping):
-        missing = [n for n in names if n not in row]
-        if missing:
-            raise ValueError(f"row lacks {', '.join(missing)}: {dict(row)!r}")
-        return {n: row[n] for n in names}
-    if len(row) < len(names):
-        raise ValueError(f"row {tuple(row)!r} has fewer columns than ({', '.join(names)})")
-    return dict(zip(names, row, strict=False))
-
-
-JOB_COLUMNS = ("id", "type", "status")
-JOB_OPTIONAL = (
-    "attempt",
-    "max_attempts",
-    "idempotency_key",
-    "run_at",
-    "started_at",
-    "finished_at",
-    "created_at",
-    "last_error",
-)
-EFFECT_COLUMNS = ("job_id", "fence", "kind")  # fence None: the effect's writer records none
-# job types whose success must come with exactly one effect, and that effect's kind
-EFFECT_KINDS: dict[str, str] = {"ledger": "ledger", "send_receipt": "receipt"}
-ATTEMPT_COLUMNS = ("job_id", "attempt", "fence", "worker", "started_at", "outcome")
-
-
-def _job(row: Mapping[str, Any]) -> dict[str, Any]:
-    job = _row(row, JOB_COLUMNS)
-    job.update({n: row.get(n) for n in JOB_OPTIONAL})
-    job["id"] = str(job["id"])
-    for name in ("run_at", "started_at", "finished_at", "created_at"):
-        job[name] = _as_datetime(job[name])
-    return job
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """Nearest-rank percentile (0 < p <= 100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
-def _seconds(moment: datetime, origin: datetime) -> float:
-    return (moment - origin).total_seconds()
-
-
-def _effects_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``2 effects (fences 3, 5)``; ``2 effects (receipt x2, no fence recorded)``."""
-    fences = sorted(r["fence"] for r in rows if r["fence"] is not None)
-    if len(fences) == len(rows):
-        return f"{len(rows)} effects (fences {', '.join(str(f) for f in fences)})"
-    kinds = Counter(str(r["kind"]) for r in rows)
-    shown = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))
-    return f"{len(rows)} effects ({shown}, no fence recorded)"
-
-
-# ---------------------------------------------------------------- the checker
-
-
-@dataclass
-class _Submit:
-    key: str
-    value: dict[str, Any]  # the first invocation's value
-    kinds: set[str]
-    acked_ids: list[str]
-
-
-def _submits(history: Sequence[Op]) -> tuple[dict[str, _Submit], list[Finding]]:
-    problems: list[Finding] = []
-    for op in history:
-        if op.f == "submit" and op.is_invoke and not isinstance(op.value.get("key"), str):
-            problems.append(
-                Finding(
-                    "unkeyed",
-                    UNKNOWN,
-                    f"submit op #{op.index} carries no idempotency key: its job cannot be "
-                    "matched against the table",
-                )
-            )
-    grouped: dict[str, _Submit] = {}
-    for key, group in submits_by_key(history).items():
-        grouped[key] = _Submit(
-            key=key,
-            value=group[0].invoke.value,
-            kinds={p.type for p in group},
-            acked_ids=[_acked_id(p) for p in group if p.type == "ok" and _acked_id(p)],
-        )
-    return grouped, problems
-
-
-def _acked_id(pair: Pair) -> str:
-    assert pair.completion is not None
-    job_id = pair.completion.value.get("job_id")
-    return str(job_id) if job_id is not None else ""
-
-
-def check(
-    history: Sequence[Op],
-    jobs: Iterable[Mapping[str, Any]],
-    effects: Iterable[Mapping[str, Any] | Sequence[Any]],
-    attempts: Iterable[Mapping[str, Any] | Sequence[Any]],
-    *,
-    quiet_at: float,
-    run_started_at: datetime | str | None = None,
-    fence_rejections: int | None = None,
-) -> Verdict:
-    """Check a run.
-
-    ``history``: the run's operations. ``jobs``: rows of the jobs table once quiet (id, type,
-    status, attempt, idempotency_key, run_at, started_at, finished_at, created_at; optionally
-    max_attempts, last_error). ``effects``: rows (job_id, fence, kind). ``attempts``: rows
-    (job_id, attempt, fence, worker, started_at, outcome). Rows may be mappings or tuples in
-    that column order; timestamps datetimes or ISO strings (naive ones are UTC).
-
-    ``quiet_at``: when the system was declared quiet, in history time (seconds since the run
-    started). ``run_started_at``: the wall-clock time of history time zero; needed to place
-    the tables' timestamps on the history's axis (recovery times, jobs not yet due at quiet).
-    ``fence_rejections``: the count from the metrics, reported as is.
-    """
-    origin = _as_datetime(run_started_at)
-    quiet_wall = origin + timedelta(seconds=quiet_at) if origin is not None else None
-
-    submits, findings = _submits(history)
-    table = [_job(row) for row in jobs]
-    by_key = {j["idempotency_key"]: j for j in table if j["idempotency_key"] is not None}
-    by_id = {j["id"]: j for j in table}
-
-    effects_of: dict[str, list[dict[str, Any]]] = {}
-    for row in effects:
-        effect = _row(row, EFFECT_COLUMNS)
-        effects_of.setdefault(str(effect["job_id"]), []).append(effect)
-    attempts_of: dict[str, list[dict[str, Any]]] = {}
-    for row in attempts:
-        attempt = _row(row, ATTEMPT_COLUMNS)
-        attempts_of.setdefault(str(attempt["job_id"]), []).append(attempt)
-
-    # ---- submits: which were accepted
-    accepted: list[tuple[_Submit, dict[str, Any] | None]] = []
-    acknowledged = unknown_landed = unknown_not_landed = rejected = 0
-    lost_jobs: list[JobIssue] = []
-    for submit in submits.values():
-        job = by_key.get(submit.key)
-        if "ok" in submit.kinds:
-            acknowledged += 1
-            accepted.append((submit, job))
-            if job is None:
-                lost_jobs.append(
-                    JobIssue(
-                        submit.acked_ids[0] if submit.acked_ids else None,
-                        submit.key,
-                        "acknowledged (2xx) but no job with its key is in the table",
-                    )
-                )
-                continue
-            for acked in sorted(set(submit.acked_ids) - {job["id"]}):
-                findings.append(
-                    Finding(
-                        "mismatch",
-                        False,
-                        f"mismatch: key {submit.key} was acknowledged as job {acked} but the "
-                        f"table holds job {job['id']} under that key",
-                    )
-                )
-        elif "info" in submit.kinds:
-            if job is not None:
-                unknown_landed += 1
-                accepted.append((submit, job))
-            else:
-                unknown_not_landed += 1
-        else:
-            rejected += 1
-            if job is not None:
-                findings.append(
-                    Finding(
-                        "rejected_landed",
-                        False,
-                        f"rejected_landed: key {submit.key} was only ever rejected (4xx) but "
-                        f"job {job['id']} exists under it",
-                    )
-                )
-
-    # ---- outcomes of accepted jobs
-    counts: Counter[str] = Counter()
-    not_due: list[dict[str, Any]] = []
-    delays: list[float] = []
-    for submit, job in accepted:
-        if job is None:
-            continue
-        status = job["status"]
-        counts[status] += 1
-        if status not in TERMINAL:
-            if (
-                status in WAITING
-                and quiet_wall is not None
-                and job["run_at"] is not None
-                and job["run_at"] > quiet_wall
-            ):
-                not_due.append(job)
-            else:
-                lost_jobs.append(
-                    JobIssue(job["id"], submit.key, f"still {status} when the system was quiet")
-                )
-            continue
-        if status == Status.DEAD and not submit.value.get("may_die", False):
-            why = f" ({job['last_error']})" if job.get("last_error") else ""
-            findings.append(
-                Finding(
-                    "dead",
-                    False,
-                    f"dead: job {job['id']} (key {submit.key}, type {job['type']}) is dead but "
-                    f"its submit did not allow it to die{why}",
-                )
-            )
-        if status == Status.SUCCEEDED:
-            kind = EFFECT_KINDS.get(job["type"])
-            if kind is not None and not any(
-                e["kind"] == kind for e in effects_of.get(job["id"], ())
-            ):
-                lost_jobs.append(
-                    JobIssue(
-                        job["id"], submit.key, f"{job['type']} job succeeded without its effect"
-                    )
-                )
-            if job["started_at"] is not None and job["run_at"] is not None:
-                delays.append(_seconds(job["started_at"], job["run_at"]))
-
-    for issue in lost_jobs:
-        findings.append(
-            Finding(
-                "lost",
-                False,
-                f"lost: job {issue.job_id or '?'} (key {issue.key}): {issue.reason}",
-            )
-        )
-    for job in not_due:
-        findings.append(
-            Finding(
-                "not_due",
-                UNKNOWN,
-                f"not_due: job {job['id']} ({job['status']}) was not due yet when the system "
-                f"was declared quiet; wait past its run_at ({job['run_at'].isoformat()})",
-            )
-        )
-
-    # ---- effects
-    doubled_jobs: list[JobIssue] = []
-    stray = 0
-    for job_id in sorted(effects_of):
-        rows = effects_of[job_id]
-        job = by_id.get(job_id)
-        key = job["idempotency_key"] if job else None
-        if len(rows) > 1:
-            doubled_jobs.append(JobIssue(job_id, key, _effects_text(rows)))
-        if job is None or job["status"] != Status.SUCCEEDED:
-            stray += len(rows)
-            state = "missing from the table" if job is None else f"{job['status']}"
-            findings.append(
-                Finding(
-                    "stray_effect",
-                    False,
-                    f"stray_effect: job {job_id} has {len(rows)} effect(s) but is {state}; "
-                    "effects commit only with a success",
-                )
-            )
-    for issue in doubled_jobs:
-        findings.append(
-            Finding(
-                "doubled",
-                False,
-                f"doubled: job {issue.job_id} (key {issue.key}) took effect more than once: "
-                f"{issue.reason}",
-            )
-        )
-
-    # ---- executions and redeliveries
-    per_job: Counter[int] = Counter()
-    redeliveries = 0
-    for _, job in accepted:
-        if job is None:
-            continue
-        rows = sorted(
-            attempts_of.get(job["id"], []),
-            key=lambda a: (a["attempt"] or 0, a["fence"] or 0, str(a["started_at"])),
-        )
-        per_job[len(rows)] += 1
-        for earlier in rows[:-1]:
-            if earlier["outcome"] != Status.FAILED:
-                redeliveries += 1
-
-    # ---- recovery after each fault
-    finish_times: tuple[float, ...] = ()
-    if origin is not None:
-        finish_times = tuple(
-            sorted(_seconds(j["finished_at"], origin) for j in table if j["finished_at"])
-        )
-    recovery = []
-    for window in fault_windows(history):
-        seconds = None
-        if window.stop is not None:
-            after = [t for t in finish_times if t >= window.stop]
-            seconds = round(after[0] - window.stop, 6) if after else None
-        recovery.append(Recovery(window.fault, window.target, window.start, window.stop, seconds))
-
-    if not accepted:
-        findings.append(
-            Finding("empty", UNKNOWN, "empty: no submit was accepted, so the run shows nothing")
-        )
-
-    valid, ordered = compose(findings)
-    matched = {job["id"] for _, job in accepted if job is not None}
-    keys = set(submits)
-    unmatched = sum(1 for j in table if j["id"] not in matched and j["idempotency_key"] not in keys)
-    return Verdict(
-        valid=valid,
-        problems=tuple(p.message for p in ordered),
-        findings=ordered,
-        submitted=len(submits),
-        accepted=len(accepted),
-        acknowledged=acknowledged,
-        unknown_landed=unknown_landed,
-        unknown_not_landed=unknown_not_landed,
-        rejected=rejected,
-        succeeded=counts[Status.SUCCEEDED],
-        dead=counts[Status.DEAD],
-        cancelled=counts[Status.CANCELLED],
-        lost=len(lost_jobs),
-        lost_jobs=tuple(lost_jobs),
-        doubled=len(doubled_jobs),
-        doubled_jobs=tuple(doubled_jobs),
-        stray_effects=stray,
-        executions=dict(sorted(per_job.items())),
-        max_executions=max(per_job, default=0),
-        total_executions=sum(n * jobs for n, jobs in per_job.items()),
-        redeliveries=redeliveries,
-        fence_rejections=fence_rejections,
-        recovery=tuple(recovery),
-        scheduling_delay_p50=percentile(delays, 50),
-        scheduling_delay_p99=percentile(delays, 99),
-        quiet_at=quiet_at,
-        unmatched_jobs=unmatched,
-        finish_times=finish_times,
-    )
-
-
-# ---------------------------------------------------------------- expectations
+    measures: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Judgement:
-    """A verdict held against a scenario's expectations. ``passed`` is a validity too."""
+class Composed:
+    """Several named checkers' results on one subject, in the order they were composed."""
 
-    passed: Validity
-    problems: tuple[str, ...]
+    results: tuple[Result, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "problems": list(self.problems)}
+    @property
+    def valid(self) -> Validity:
+        return merge_valid(*(r.valid for r in self.results))
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for r in self.results for f in r.findings)
+
+    def __getitem__(self, name: str) -> Result:
+        for result in self.results:
+            if result.name == name:
+                return result
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self.results)
 
 
-# findings that expectations bound by count, instead of failing on sight
-_COUNTED = frozenset({"lost", "doubled"})
+def run_checker(name: str, checker: Checker[S], subject: S) -> Result:
+    """One checker on ``subject``; if it raises, its result is ``unknown`` with a finding
+    of kind ``crashed`` saying so."""
+    try:
+        checked = checker(subject)
+        if not isinstance(checked, Checked):
+            checked = Checked(tuple(checked))
+    except Exception as exc:  # a crashing checker shows nothing: unknown, never valid
+        message = f"crashed: the {name} checker raised {type(exc).__name__}: {exc}"[:500]
+        return Result(name, UNKNOWN, (Finding("crashed", UNKNOWN, message),))
+    findings = tuple(checked.findings)
+    return Result(name, merge_valid(*(f.valid for f in findings)), findings, checked.measures)
 
 
-def judge(
-    verdict: Verdict,
-    expect: Expectations,
-    *,
-    alerts_fired: Iterable[str] | None = None,
-) -> Judgement:
-    """Did the run meet its scenario's expectations?
-
-    Lost and doubled jobs are held to ``max_lost`` and ``max_doubled``; with
-    ``expect_doubled`` (the unsafe run, fencing off) a run *without* duplicate effects fails,
-    because then the harness showed it cannot fail. Every other finding of the checker counts
-    as it is. A fault with no job finished after it is ``unknown`` against a recovery bound,
-    and so are expected alerts when ``alerts_fired`` is None (not checked).
-    """
-    problems = [p for p in verdict.findings if p.kind not in _COUNTED]
-    if verdict.lost > expect.max_lost:
-        problems.append(
-            Finding("lost", False, f"{verdict.lost} job(s) lost; at most {expect.max_lost} allowed")
-        )
-    if expect.expect_doubled:
-        if verdict.doubled == 0:
-            problems.append(
-                Finding(
-                    "doubled",
-                    False,
-                    "expected duplicate effects (fencing off) but saw none: this run could "
-                    "not have failed",
-                )
-            )
-    elif verdict.doubled > expect.max_doubled:
-        problems.append(
-            Finding(
-                "doubled",
-                False,
-                f"{verdict.doubled} job(s) took effect more than once; at most "
-                f"{expect.max_doubled} allowed",
-            )
-        )
-    bound = expect.recovery_seconds
-    if bound is not None:
-        for r in verdict.recovery:
-            label = f"{r.fault} {r.target}" if r.target else r.fault
-            if r.seconds is None:
-                problems.append(
-                    Finding(
-                        "recovery",
-                        UNKNOWN,
-                        f"{label} (from t={r.started:.1f}s): no job finished after it was "
-                        "healed, recovery not measured",
-                    )
-                )
-            elif r.seconds > bound:
-                problems.append(
-                    Finding(
-                        "recovery",
-                        False,
-                        f"{label}: recovered {r.seconds:.1f}s after healing at "
-                        f"t={r.stopped:.1f}s; bound {bound:g}s",
-                    )
-                )
-    if expect.alerts:
-        if alerts_fired is None:
-            problems.append(
-                Finding("alerts", UNKNOWN, f"alerts {', '.join(expect.alerts)} were not checked")
-            )
-        else:
-            fired = set(alerts_fired)
-            for name in expect.alerts:
-                if name not in fired:
-                    problems.append(Finding("alerts", False, f"alert {name} did not fire"))
-    passed, ordered = compose(problems)
-    return Judgement(passed, tuple(p.message for p in ordered))
+def compose(checkers: Mapping[str, Checker[S]], subject: S) -> Composed:
+    """Every checker of ``checkers`` on ``subject``, by name, in order."""
+    return Composed(tuple(run_checker(name, c, subject) for name, c in checkers.items()))

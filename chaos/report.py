@@ -17,9 +17,11 @@ from typing import Any, Literal
 from xml.sax.saxutils import escape, quoteattr
 
 from chaos import nemeses
-from chaos.checker import Judgement, Validity, Verdict
+from chaos.checker import Validity
 from chaos.history import SUBMIT, FaultWindow, Op, fault_windows
+from chaos.judge import Judgement
 from chaos.scenario import Scenario
+from chaos.verdict import Verdict
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

@@ -53,13 +53,14 @@ import trio
 from psycopg.rows import dict_row
 
 from chaos import alerts, nemeses
-from chaos.checker import UNKNOWN, Finding, Judgement, Verdict, check, judge, merge_valid
 from chaos.generator import plan_submits
 from chaos.history import HistoryWriter, Op, Recorder
+from chaos.judge import HARNESS, Evidence, Judgement, judge_run
 from chaos.links import link_proxies, link_targets, process_envs
 from chaos.loader import load_scenarios
+from chaos.messages import message_view, topic_end_offsets, topic_messages
 from chaos.metrics import COUNTERS, CounterTracker, MetricsSampler
-from chaos.nemesis import Injection, Nemesis
+from chaos.nemesis import Nemesis
 from chaos.report import (
     REPORT_JSON,
     REPORT_MD,
@@ -75,17 +76,10 @@ from chaos.scenario import Scenario
 from chaos.shop import ShopView, read_shop, receipt_effects, shop_view
 from chaos.stack import UNSAFE_ENV, StackCalls, app_pids, baseline, interference, restart_with
 from chaos.toxiproxy import ToxiproxyClient
-from chaos.workload import (
-    ClientView,
-    Drain,
-    MessageView,
-    WorkloadClient,
-    backlog_drain,
-    client_view,
-    message_view,
-)
+from chaos.verdict import Verdict, check
+from chaos.workload import Drain, WorkloadClient, backlog_drain, client_view
 from devstack import Stack
-from devstack.layout import API_URL, KAFKA_DIRECT_BOOTSTRAP, POSTGRES_DIRECT_DSN, SHOP_URL
+from devstack.layout import API_URL, POSTGRES_DIRECT_DSN, SHOP_URL
 from leasework.states import TERMINAL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,83 +187,6 @@ def load_tables(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-# ---------------------------------------------------------------- Kafka, direct
-
-READY_TOPIC = "jobs.ready"
-
-
-def _kafka_consumer() -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(
-        {
-            # the inter-broker listeners: no proxy, so toxics never hide a message
-            "bootstrap.servers": KAFKA_DIRECT_BOOTSTRAP,
-            "group.id": f"chaos-harness-{uuid.uuid4().hex[:8]}",  # assign() only, never joins
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            "log_level": 0,
-        }
-    )
-
-
-def topic_end_offsets(topic: str = READY_TOPIC) -> dict[int, int]:
-    """High watermark of every partition (blocking)."""
-    from confluent_kafka import TopicPartition
-
-    consumer = _kafka_consumer()
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
-    finally:
-        consumer.close()
-
-
-def topic_messages(
-    start: Mapping[int, int], topic: str = READY_TOPIC, patience: float = 60.0
-) -> list[dict[str, Any]]:
-    """Every message from ``start`` (partition -> offset) to the current end (blocking)."""
-    from confluent_kafka import KafkaError, TopicPartition
-
-    ends = topic_end_offsets(topic)
-    todo = {p for p, end in ends.items() if end > start.get(p, 0)}
-    consumer = _kafka_consumer()
-    values: list[dict[str, Any]] = []
-    try:
-        if not todo:
-            return values
-        consumer.assign([TopicPartition(topic, p, start.get(p, 0)) for p in sorted(todo)])
-        deadline = time.monotonic() + patience
-        while todo and time.monotonic() < deadline:
-            message = consumer.poll(1.0)
-            if message is None:
-                continue
-            partition = message.partition()
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    todo.discard(partition)
-                continue
-            if message.offset() >= ends[partition] - 1:
-                todo.discard(partition)
-            if message.offset() >= ends[partition]:
-                continue
-            try:
-                value = json.loads(message.value() or b"")
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                values.append(value)
-        if todo:
-            raise TimeoutError(f"partitions {sorted(todo)} not read to their end in time")
-        return values
-    finally:
-        consumer.close()
-
-
 # ---------------------------------------------------------------- Prometheus alerts
 
 
@@ -374,141 +291,6 @@ async def wait_quiet(
         if waited >= patience:
             return Quiet(False, recorder_now(), round(waited, 3), pending, in_flight)
         await trio.sleep(QUIET_POLL)
-
-
-# ---------------------------------------------------------------- judging
-
-
-def harness_problems(
-    scenario: Scenario,
-    verdict: Verdict,
-    view: ClientView,
-    drains: Sequence[Drain],
-    injections: Sequence[Injection],
-    messages: MessageView | None = None,
-    firing_at_start: set[str] | None = None,
-    meddling: Sequence[str] = (),
-    crashed: Sequence[str] = (),
-) -> list[Finding]:
-    """The runner's own checks, on top of :func:`chaos.checker.judge`."""
-    problems: list[Finding] = []
-    expect = scenario.expect
-    for what in crashed:
-        problems.append(Finding("crash", False, f"crash: {what}"))
-    for what in meddling:
-        problems.append(
-            Finding(
-                "interference",
-                UNKNOWN,
-                f"interference: {what}; something else drove the shared stack during the "
-                "run, so it does not show what the scenario claims",
-            )
-        )
-    for injection in injections:
-        spec = injection.spec
-        if injection.start_error:
-            problems.append(
-                Finding(
-                    "nemesis",
-                    UNKNOWN,
-                    f"nemesis: {spec.label} at t={spec.at:g}s was not injected as planned "
-                    f"({injection.start_error}); the run does not show what it claims",
-                )
-            )
-        if injection.started and not injection.healed:
-            problems.append(
-                Finding(
-                    "nemesis",
-                    UNKNOWN,
-                    f"nemesis: {spec.label} could not be healed ({injection.stop_error})",
-                )
-            )
-        if spec.wait_for is not None and injection.wait_met is False:
-            peak = injection.peak
-            problems.append(
-                Finding(
-                    "evidence",
-                    UNKNOWN,
-                    f"evidence: {spec.label} at t={spec.at:g}s waited "
-                    f"{spec.wait_for.patience:g}s for {spec.wait_for.label} and saw "
-                    f"{'nothing readable' if peak is None else f'at most {peak:g}'}: it hit "
-                    "without the work it is meant to hit",
-                )
-            )
-    if view.failed_then_replayed:
-        keys = ", ".join(view.failed_then_replayed[:5])
-        problems.append(
-            Finding(
-                "api_contract",
-                False,
-                f"api_contract: {len(view.failed_then_replayed)} submit(s) were answered 503 "
-                f"'nothing was written' yet had created their job (a retry got it back as a "
-                f"replay): {keys}",
-            )
-        )
-    bound = expect.recovery_seconds
-    if bound is not None:
-        for drain in drains:
-            label = f"{drain.fault} {drain.target}" if drain.target else drain.fault
-            if drain.seconds is not None and drain.seconds > bound:
-                problems.append(
-                    Finding(
-                        "drain",
-                        False,
-                        f"drain: the backlog of {label} (healed at t={drain.stopped:.1f}s) "
-                        f"took {drain.seconds:.1f}s to finish; bound {bound:g}s",
-                    )
-                )
-    if verdict.redeliveries < expect.min_redeliveries:
-        problems.append(
-            Finding(
-                "evidence",
-                UNKNOWN,
-                f"evidence: {verdict.redeliveries} redelivered job(s), at least "
-                f"{expect.min_redeliveries} expected: the faults did not hit running jobs, so "
-                "the run shows nothing about them",
-            )
-        )
-    if view.unknown_landed < expect.min_unknown_landed:
-        problems.append(
-            Finding(
-                "evidence",
-                UNKNOWN,
-                f"evidence: {view.unknown_landed} submit(s) with an unknown outcome landed, "
-                f"at least {expect.min_unknown_landed} expected: the fault did not produce "
-                "the ambiguity it is meant to",
-            )
-        )
-    for name in expect.alerts:
-        if firing_at_start is None or name in firing_at_start:
-            why = "could not be read" if firing_at_start is None else "was already firing"
-            problems.append(
-                Finding(
-                    "alerts",
-                    UNKNOWN,
-                    f"alerts: {name}: the set of alerts firing when the run started {why}; "
-                    "this run cannot show that its faults tripped it",
-                )
-            )
-    if expect.min_duplicate_messages:
-        seen = messages.duplicate_messages if messages is not None else None
-        if seen is None or seen < expect.min_duplicate_messages:
-            problems.append(
-                Finding(
-                    "evidence",
-                    UNKNOWN,
-                    f"evidence: {'unknown' if seen is None else seen} message(s) produced twice, "
-                    f"at least {expect.min_duplicate_messages} expected: no kill landed between "
-                    "producing and marking published",
-                )
-            )
-    return problems
-
-
-def full_judgement(base: Judgement, extra: Sequence[Finding]) -> Judgement:
-    """The checker's judgement with the harness's own problems added."""
-    passed = merge_valid(base.passed, *(p.valid for p in extra))
-    return Judgement(passed, base.problems + tuple(p.message for p in extra))
 
 
 # ---------------------------------------------------------------- the report's run section
@@ -924,20 +706,19 @@ async def _run(
     shop: ShopView | None = (
         shop_view(tables["shop_orders"], tables["shop_mail"]) if scenario.uses_shop else None
     )
-    extra = harness_problems(
-        scenario,
-        verdict,
-        view,
-        drains,
-        nemesis.injections,
-        messages,
-        firing_at_start,
-        meddling,
-        crashed,
-    )
-    judgement = full_judgement(
-        judge(verdict, scenario.expect, alerts_fired=None if fired is None else set(fired)),
-        extra,
+    judgement = judge_run(
+        Evidence(
+            verdict,
+            scenario.expect,
+            alerts_fired=None if fired is None else set(fired),
+            firing_at_start=firing_at_start,
+            view=view,
+            drains=drains,
+            injections=nemesis.injections,
+            messages=messages,
+            meddling=meddling,
+            crashed=crashed,
+        )
     )
     write_report(directory, verdict, scenario, history, judgement=judgement)
     details: dict[str, Any] = {
@@ -965,7 +746,7 @@ async def _run(
         "scrape_failures": dict(sampler.failures),
         "recovery": recovery_rows(verdict, drains),
         "quiet": quiet.to_dict(),
-        "harness_problems": [p.message for p in extra],
+        "harness_problems": [f.message for f in judgement.findings_of(HARNESS)],
         "interference": meddling,
         "crashed": crashed,
         "seconds": round(time.monotonic() - t_start, 1),

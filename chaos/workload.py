@@ -467,36 +467,3 @@ def _ts(value: Any) -> datetime | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value
-
-
-@dataclass(frozen=True)
-class MessageView:
-    """The run's messages on ``jobs.ready``: each outbox row is one message with a distinct
-    (job_id, attempt); a pair seen more than once was produced again (the relay died, or
-    gave up waiting for an acknowledgement, after producing and before marking the row
-    published)."""
-
-    messages: int
-    duplicate_messages: int  # copies beyond the first
-    jobs_with_duplicates: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "messages": self.messages,
-            "duplicate_messages": self.duplicate_messages,
-            "jobs_with_duplicates": self.jobs_with_duplicates,
-        }
-
-
-def message_view(messages: Iterable[Mapping[str, Any]], job_ids: Iterable[str]) -> MessageView:
-    """``messages``: decoded values ``{"job_id", "type", "attempt"}``; only the run's jobs
-    (``job_ids``) count."""
-    ours = set(job_ids)
-    seen: Counter[tuple[str, Any]] = Counter()
-    for message in messages:
-        job_id = str(message.get("job_id"))
-        if job_id in ours:
-            seen[(job_id, message.get("attempt"))] += 1
-    extra = sum(n - 1 for n in seen.values() if n > 1)
-    jobs = len({job for (job, _), n in seen.items() if n > 1})
-    return MessageView(sum(seen.values()), extra, jobs)

@@ -15,10 +15,11 @@ import pytest
 import trio
 
 from chaos import runner
-from chaos.checker import check, judge
 from chaos.history import read_history
+from chaos.judge import judge
 from chaos.report import REPORT_JSON, REPORT_MD, TIMELINE_SVG
 from chaos.stack import env_deviations
+from chaos.verdict import check
 from devstack import Stack
 
 

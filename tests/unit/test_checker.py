@@ -8,17 +8,7 @@ from typing import Any
 
 import pytest
 
-from chaos.checker import (
-    UNKNOWN,
-    Finding,
-    Verdict,
-    check,
-    compose,
-    judge,
-    merge_valid,
-    percentile,
-    rank,
-)
+from chaos.checker import UNKNOWN, Checked, Finding, compose, merge_valid, rank
 from chaos.history import (
     HistoryError,
     HistoryWriter,
@@ -31,8 +21,10 @@ from chaos.history import (
     submit_ok_value,
     submit_value,
 )
+from chaos.judge import judge
 from chaos.scenario import Expectations
 from chaos.shop import receipt_effects, shop_view
+from chaos.verdict import HISTORY_CHECKERS, Verdict, check, percentile
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
 
@@ -435,10 +427,46 @@ def test_invalid_outranks_unknown_outranks_valid():
     assert merge_valid(False, UNKNOWN) is False
     with pytest.raises(ValueError):
         rank("maybe")  # type: ignore[arg-type]
-    valid, problems = compose(
-        [Finding("not_due", UNKNOWN, "later")], [], [Finding("lost", False, "gone")]
+
+
+def test_checkers_compose_by_name_and_keep_each_findings_kind():
+    composed = compose(
+        {
+            "later": lambda _: [Finding("not_due", UNKNOWN, "later")],
+            "clean": lambda _: Checked(measures={"count": 3}),
+            "gone": lambda _: iter([Finding("lost", False, "gone")]),
+        },
+        None,
     )
-    assert valid is False and [p.kind for p in problems] == ["not_due", "lost"]
+    assert composed.valid is False
+    assert [f.kind for f in composed.findings] == ["not_due", "lost"]
+    assert [(r.name, r.valid) for r in composed] == [
+        ("later", UNKNOWN),
+        ("clean", True),
+        ("gone", False),
+    ]
+    assert composed["clean"].measures == {"count": 3}
+    assert compose({}, None).valid is True
+
+
+def test_a_crashing_checker_is_unknown_never_a_silent_pass():
+    def broken(_):
+        raise KeyError("job_id")
+
+    composed = compose({"fine": lambda _: (), "broken": broken}, None)
+    assert composed.valid == UNKNOWN
+    (finding,) = composed.findings
+    assert finding.kind == "crashed" and finding.valid == UNKNOWN
+    assert "the broken checker raised KeyError" in finding.message
+    # a broken checker among the history checkers leaves the verdict unknown, not valid
+    run = Run()
+    run.submit("a")
+    run.job("a")
+    assert run.check().valid is True
+    verdict = run.check(checkers={**HISTORY_CHECKERS, "effects": broken})
+    assert verdict.valid == UNKNOWN and [f.kind for f in verdict.findings] == ["crashed"]
+    assert {r.name: r.valid for r in verdict.results}["effects"] == UNKNOWN
+    assert verdict.accepted == 1 and verdict.succeeded == 1  # the other checkers still ran
 
 
 def test_a_verdict_with_unknown_and_invalid_findings_is_invalid():

@@ -1,7 +1,6 @@
 """Nemeses without a stack: the toxics and private links a fault needs, the counters that
-survive restarts, every fault's start and heal against a fake stack and Toxiproxy (recorded
-in the history, healed at the end even after a failure), the runner's own judgement, and the
-scenario files themselves."""
+survive restarts, and every fault's start and heal against a fake stack and Toxiproxy
+(recorded in the history, healed at the end even after a failure)."""
 
 from __future__ import annotations
 
@@ -11,28 +10,20 @@ from pathlib import Path
 import pytest
 import trio
 
-from chaos.checker import UNKNOWN, Finding, Judgement
+from chaos.checker import UNKNOWN
 from chaos.history import Recorder, fault_windows
+from chaos.judge import Evidence, harness_findings
 from chaos.links import PRIVATE_LINK_PORTS, Link, link_env, link_targets, process_envs
-from chaos.loader import load_scenarios, loads_scenario
+from chaos.loader import load_scenarios
 from chaos.metrics import CounterTracker, parse_metrics, worker_gauges
 from chaos.nemeses.base import NemesisError, WaitFor
 from chaos.nemeses.signals import MID_JOB_WAIT
 from chaos.nemeses.toxics import toxic_bodies
 from chaos.nemesis import Injection, Nemesis, affected, wait_condition
-from chaos.runner import (
-    RunResult,
-    busy_cell,
-    exit_code,
-    full_judgement,
-    harness_problems,
-    make_unsafe,
-    recovery_text,
-    select,
-)
-from chaos.scenario import FaultSpec
+from chaos.runner import busy_cell, make_unsafe, select
+from chaos.scenario import Expectations, FaultSpec
 from chaos.stack import UNSAFE_ENV, StackCalls
-from chaos.workload import ClientView, Drain, MessageView
+from chaos.verdict import check
 from devstack.layout import SHOP_MAIL_PORT
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -190,6 +181,11 @@ class FakeToxiproxy:
 
     async def set_enabled(self, proxy, enabled):
         self.calls.append(("enabled", proxy, enabled))
+
+
+def evidence(injections) -> Evidence:
+    """What the harness's checks see of a run with these injections and nothing else."""
+    return Evidence(check([], [], [], [], quiet_at=0.0), Expectations(), injections=injections)
 
 
 def nemesis(stack=None, env_for=None) -> tuple[Nemesis, FakeStack, FakeToxiproxy, Recorder]:
@@ -397,8 +393,7 @@ async def test_a_wait_whose_patience_runs_out_starts_anyway_and_says_so(monkeypa
     assert injection.seen == {"completer_waiting": 2.0, "jobs_in_flight": 0.0}
     assert "patience ran out, at most 5 seen" in busy_cell(injection.to_dict())
     await n.heal(injection)
-    scenario = scenario_with("")
-    (problem,) = harness_problems(scenario, V(), VIEW, [], [injection])  # type: ignore[arg-type]
+    (problem,) = harness_findings(evidence([injection]))
     assert problem.kind == "evidence" and problem.valid == UNKNOWN
     assert injection.peak == 5.0
     assert "completer_waiting >= 20" in problem.message and "at most 5" in problem.message
@@ -407,7 +402,7 @@ async def test_a_wait_whose_patience_runs_out_starts_anyway_and_says_so(monkeypa
     silent = await n.inject(spec("sigkill", "worker-1", wait_for=wait))
     assert silent.wait_met is False and silent.seen == {}
     await n.heal(silent)
-    (problem,) = harness_problems(scenario, V(), VIEW, [], [silent])  # type: ignore[arg-type]
+    (problem,) = harness_findings(evidence([silent]))
     assert "nothing readable" in problem.message
     # a relay kill that waits for the workers: their gauges, not the relay's, are recorded
     n.sampler = Gauges({"worker-1": [waiting(9)], "worker-2": [waiting(8)], "relay": [waiting(0)]})  # type: ignore[assignment]
@@ -416,7 +411,7 @@ async def test_a_wait_whose_patience_runs_out_starts_anyway_and_says_so(monkeypa
     assert relay.at_signal == {}
     # the default mid-job wait is best effort: running out of patience is no problem
     default = Injection(0, spec("sigkill", "worker-1"), wait=MID_JOB_WAIT, wait_met=False)
-    assert harness_problems(scenario, V(), VIEW, [], [default]) == []  # type: ignore[arg-type]
+    assert harness_findings(evidence([default])) == ()
 
 
 def test_the_busy_cell_of_an_older_report():
@@ -474,154 +469,3 @@ async def test_the_schedule_runs_faults_at_their_times():
     (stop, kill) = fault_windows(recorder.ops)
     assert 0.05 <= stop.start < stop.stop < kill.start
     assert kill.start >= 0.4
-
-
-# ---------------------------------------------------------------- the runner's judgement
-
-
-def scenario_with(expect: str, faults: str = ""):
-    return loads_scenario(
-        f'name = "s"\n[workload]\nrate = 1\nduration = 10\n{faults}\n[expect]\n{expect}\n'
-    )
-
-
-class V:
-    """The verdict fields harness_problems reads."""
-
-    redeliveries = 0
-
-
-VIEW = ClientView(10, 0, 0, 0, 0, 0, 1, ())
-
-
-def test_harness_demands_evidence_that_the_fault_hit():
-    scenario = scenario_with("min_redeliveries = 1\nmin_unknown_landed = 2\n")
-    problems = harness_problems(scenario, V(), VIEW, [], [])  # type: ignore[arg-type]
-    assert [p.kind for p in problems] == ["evidence", "evidence"]
-    assert all(p.valid == UNKNOWN for p in problems)
-    dup = scenario_with("min_duplicate_messages = 1\n")
-    (p,) = harness_problems(dup, V(), VIEW, [], [], MessageView(10, 0, 0))  # type: ignore[arg-type]
-    assert "produced twice" in p.message
-    assert harness_problems(dup, V(), VIEW, [], [], MessageView(10, 2, 1)) == []  # type: ignore[arg-type]
-
-
-def test_an_expected_alert_already_firing_at_the_start_proves_nothing():
-    scenario = scenario_with('alerts = ["LeaseworkFenceRejections", "LeaseworkRelayStalled"]\n')
-    problems = harness_problems(
-        scenario, V(), VIEW, [], [], firing_at_start={"LeaseworkFenceRejections"}
-    )  # type: ignore[arg-type]
-    assert len(problems) == 1 and problems[0].valid == UNKNOWN
-    assert "LeaseworkFenceRejections" in problems[0].message
-    unknown = harness_problems(scenario, V(), VIEW, [], [], firing_at_start=None)  # type: ignore[arg-type]
-    assert len(unknown) == 2
-
-
-def test_another_user_of_the_stack_makes_the_run_unknown():
-    scenario = scenario_with("")
-    (problem,) = harness_problems(
-        scenario, V(), VIEW, [], [], meddling=["worker-1 was restarted (pid 1 -> 2) by no fault"]
-    )  # type: ignore[arg-type]
-    assert problem.kind == "interference" and problem.valid == UNKNOWN
-    (crash,) = harness_problems(scenario, V(), VIEW, [], [], crashed=["relay died"])  # type: ignore[arg-type]
-    assert crash.kind == "crash" and crash.valid is False
-
-
-def test_harness_bounds_the_drain_and_holds_the_api_to_its_503():
-    scenario = scenario_with("recovery_seconds = 10\n")
-    drains = [Drain("sigkill", "worker-1", 20.0, 50, 12.5), Drain("x", None, 30.0, 5, 3.0)]
-    view = ClientView(10, 0, 0, 0, 0, 0, 1, ("k1",))
-    problems = harness_problems(scenario, V(), view, drains, [])  # type: ignore[arg-type]
-    assert sorted(p.kind for p in problems) == ["api_contract", "drain"]
-    assert all(p.valid is False for p in problems)
-
-
-def test_full_judgement_composes():
-    base = Judgement(True, ())
-    assert full_judgement(base, []) == base
-    unknown = full_judgement(base, [Finding("evidence", UNKNOWN, "e")])
-    assert unknown.passed == UNKNOWN and unknown.problems == ("e",)
-    failed = full_judgement(Judgement(UNKNOWN, ("u",)), [Finding("drain", False, "d")])
-    assert failed.passed is False and failed.problems == ("u", "d")
-
-
-def test_exit_code_and_recovery_text():
-    scenario = scenario_with("")
-
-    def result(passed, error=None):
-        return RunResult(scenario, Path("."), None, Judgement(passed, ()), 1.0, error=error)
-
-    assert exit_code([result(True), result(True)]) == 0
-    assert exit_code([result(True), result(UNKNOWN)]) == 2
-    assert exit_code([result(UNKNOWN), result(False)]) == 1
-    assert exit_code([result(True), result(True, error="boom")]) == 3
-    rows = [
-        {"first_finish": 0.5, "drained": 12.0},
-        {"first_finish": 1.5, "drained": None},
-    ]
-    assert recovery_text(rows) == "first ≤1.5s, drained ≤12.0s (1 undrained)"
-    assert recovery_text([]) == "–"
-
-
-# ---------------------------------------------------------------- the scenario files
-
-
-def test_the_scenarios_load_and_cover_the_issue():
-    scenarios = {s.name: s for s in load_scenarios(SCENARIOS)}
-    for letter in "abcdefghij":
-        assert any(name.startswith(f"{letter}-") for name in scenarios), letter
-    fast = ["a-worker-sigkill", "b-worker-sigstop", "f-redis-wipe", "h-api-reset"]
-    assert set(fast) <= set(scenarios)
-    for name, s in scenarios.items():
-        link_targets(s.faults)  # no impossible private link
-        assert s.expect.max_lost == 0
-        if name.startswith("j-"):
-            assert s.workload.duration >= 180 and len(s.faults) >= 10
-        elif name.endswith("-alerts"):  # they outlast the alerts' `for:` windows
-            assert 60 <= s.workload.duration <= 240, name
-        else:
-            assert 30 <= s.workload.duration <= 60, name
-        assert all(f.stop <= s.workload.duration for f in s.faults), name
-    unsafe = scenarios["b-unsafe"]
-    assert not unsafe.fencing and unsafe.expect.expect_doubled
-    assert unsafe.faults == scenarios["b-worker-sigstop"].faults
-    assert scenarios["h-api-reset"].expect.min_unknown_landed >= 1
-    # i: one worker's Kafka link, the other worker's and the relay's stay clean
-    assert {f.target for f in scenarios["i-kafka-reset-peer"].faults} == {
-        "kafka-1-worker-1",
-        "kafka-2-worker-1",
-        "kafka-3-worker-1",
-    }
-    # the throughput issue's targets: a kill in the middle of a completer batch, a Postgres
-    # reset during a batched finish (on the workers' own links: the api and relay go on)
-    kills = [f for f in scenarios["m-worker-kill-mid-batch"].faults if f.fault == "sigkill"]
-    assert len(kills) >= 3 and {f.target for f in kills} == {"worker-1", "worker-2"}
-    assert all(f.wait_for and f.wait_for.gauge == "completer_waiting" for f in kills)
-    assert scenarios["m-worker-kill-mid-batch"].expect.min_redeliveries >= 1
-    resets = [f for f in scenarios["n-postgres-reset-mid-finish"].faults if f.fault == "reset_peer"]
-    assert len(resets) >= 3
-    assert {f.target for f in resets} == {"worker-1/postgres", "worker-2/postgres"}
-    assert all(f.wait_for and f.wait_for.gauge == "completer_waiting" for f in resets)
-    for name in ("m-worker-kill-mid-batch", "n-postgres-reset-mid-finish"):
-        w = scenarios[name].workload
-        assert w.ledger_seconds == 0 and w.rate >= 100 and w.mix.ledger > 0, name
-    # the issue's alert checks: relay killed, workers' Kafka link cut, a run of dead jobs
-    expected_alerts = {a for s in scenarios.values() for a in s.expect.alerts}
-    assert {
-        "LeaseworkRelayStalled",
-        "LeaseworkOutboxBacklog",
-        "LeaseworkConsumerLag",
-        "LeaseworkDeadLetters",
-    } <= expected_alerts
-
-
-def test_select_by_name_or_unique_prefix():
-    scenarios = load_scenarios(SCENARIOS)
-    assert [s.name for s in select(scenarios, ["a", "h-api-reset"])] == [
-        "a-worker-sigkill",
-        "h-api-reset",
-    ]
-    assert len(select(scenarios, [])) == len(scenarios)
-    with pytest.raises(ValueError, match="matches several"):
-        select(scenarios, ["b"])
-    with pytest.raises(ValueError, match="matches none"):
-        select(scenarios, ["zzz"])

@@ -7,8 +7,8 @@ import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
-from chaos.checker import Verdict, check, judge
 from chaos.history import Op, nemesis_value, submit_ok_value, submit_value
+from chaos.judge import judge
 from chaos.loader import loads_scenario
 from chaos.report import (
     render_svg,
@@ -19,6 +19,7 @@ from chaos.report import (
     write_report,
 )
 from chaos.scenario import Scenario
+from chaos.verdict import Verdict, check
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)

@@ -12,6 +12,7 @@ import pytest
 
 from chaos.generator import PlannedSubmit, plan_submits
 from chaos.history import Op, Recorder, nemesis_value, submit_ok_value, submit_value
+from chaos.messages import message_view
 from chaos.scenario import Mix, WorkloadSpec
 from chaos.workload import (
     WorkloadClient,
@@ -19,7 +20,6 @@ from chaos.workload import (
     classify_exception,
     classify_response,
     client_view,
-    message_view,
     request_body,
 )
 

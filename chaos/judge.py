@@ -1,0 +1,313 @@
+"""Judging a run: its verdict held to the scenario's expectations, and the harness's own
+checks of what it saw, each a checker composed by name into one :class:`Judgement`.
+
+:data:`EXPECTATIONS` judge the verdict: lost and doubled jobs are held to ``max_lost`` and
+``max_doubled`` (with ``expect_doubled``, the unsafe run, a run *without* duplicate effects
+fails: the harness showed it cannot fail), every other finding of the history checkers counts
+as it is, and the recovery bound and the alerts that must fire are checked.
+
+:data:`HARNESS` judge what the runner saw besides (so that no run passes vacuously or on a
+stack someone else drove): a leasework process that crashed, interference, faults that did
+not inject or heal or met no work, the API's "nothing was written" that had written, the
+backlog drain bound, and evidence that the faults hit (redeliveries, unknown submits that
+landed, messages produced twice, expected alerts not already firing at the start).
+
+Pure: the :class:`Evidence` is gathered by the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chaos.checker import UNKNOWN, Checker, Composed, Finding, Result, Validity, compose
+
+if TYPE_CHECKING:
+    from chaos.messages import MessageView
+    from chaos.nemesis import Injection
+    from chaos.scenario import Expectations
+    from chaos.verdict import Verdict
+    from chaos.workload import ClientView, Drain
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a run is judged on: the history checkers' verdict, the scenario's expectations,
+    and what the harness saw besides. ``alerts_fired`` None: the alerts were not read;
+    ``firing_at_start`` None: could not be read."""
+
+    verdict: Verdict
+    expect: Expectations
+    alerts_fired: Collection[str] | None = None
+    firing_at_start: Collection[str] | None = None
+    view: ClientView | None = None
+    drains: Sequence[Drain] = ()
+    injections: Sequence[Injection] = ()
+    messages: MessageView | None = None
+    meddling: Sequence[str] = ()  # signs that something else drove the stack
+    crashed: Sequence[str] = ()  # leasework processes that died with no fault killing them
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A run held to its expectations (and the harness's checks). ``passed`` is a validity
+    too; ``problems`` the findings' messages; ``results`` each judge's, by name."""
+
+    passed: Validity
+    problems: tuple[str, ...]
+    results: tuple[Result, ...] = ()
+
+    @classmethod
+    def of(cls, composed: Composed) -> Judgement:
+        return cls(composed.valid, tuple(f.message for f in composed.findings), composed.results)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for r in self.results for f in r.findings)
+
+    def findings_of(self, names: Collection[str]) -> tuple[Finding, ...]:
+        """The findings of the judges named ``names`` (e.g. :data:`HARNESS`)."""
+        return tuple(f for r in self.results if r.name in names for f in r.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "problems": list(self.problems)}
+
+
+# ---------------------------------------------------------------- the expectations
+
+# findings that expectations bound by count, instead of failing on sight
+_COUNTED = frozenset({"lost", "doubled"})
+
+
+def history_findings(e: Evidence) -> Iterator[Finding]:
+    """The history checkers' findings, except the ones bounded by count below."""
+    return (f for f in e.verdict.findings if f.kind not in _COUNTED)
+
+
+def lost_bound(e: Evidence) -> Iterator[Finding]:
+    if e.verdict.lost > e.expect.max_lost:
+        yield Finding(
+            "lost", False, f"{e.verdict.lost} job(s) lost; at most {e.expect.max_lost} allowed"
+        )
+
+
+def doubled_bound(e: Evidence) -> Iterator[Finding]:
+    doubled = e.verdict.doubled
+    if e.expect.expect_doubled:
+        if doubled == 0:
+            yield Finding(
+                "doubled",
+                False,
+                "expected duplicate effects (fencing off) but saw none: this run could "
+                "not have failed",
+            )
+    elif doubled > e.expect.max_doubled:
+        yield Finding(
+            "doubled",
+            False,
+            f"{doubled} job(s) took effect more than once; at most {e.expect.max_doubled} allowed",
+        )
+
+
+def recovery_bound(e: Evidence) -> Iterator[Finding]:
+    """A fault with no job finished after it is ``unknown`` against the bound."""
+    bound = e.expect.recovery_seconds
+    if bound is None:
+        return
+    for r in e.verdict.recovery:
+        label = f"{r.fault} {r.target}" if r.target else r.fault
+        if r.seconds is None:
+            yield Finding(
+                "recovery",
+                UNKNOWN,
+                f"{label} (from t={r.started:.1f}s): no job finished after it was "
+                "healed, recovery not measured",
+            )
+        elif r.seconds > bound:
+            yield Finding(
+                "recovery",
+                False,
+                f"{label}: recovered {r.seconds:.1f}s after healing at "
+                f"t={r.stopped:.1f}s; bound {bound:g}s",
+            )
+
+
+def alerts_fired(e: Evidence) -> Iterator[Finding]:
+    if not e.expect.alerts:
+        return
+    if e.alerts_fired is None:
+        yield Finding("alerts", UNKNOWN, f"alerts {', '.join(e.expect.alerts)} were not checked")
+        return
+    fired = set(e.alerts_fired)
+    for name in e.expect.alerts:
+        if name not in fired:
+            yield Finding("alerts", False, f"alert {name} did not fire")
+
+
+EXPECTATIONS: Mapping[str, Checker[Evidence]] = {
+    "history": history_findings,
+    "lost": lost_bound,
+    "doubled": doubled_bound,
+    "recovery": recovery_bound,
+    "alerts": alerts_fired,
+}
+
+
+# ---------------------------------------------------------------- the harness's own checks
+
+
+def crashes(e: Evidence) -> Iterator[Finding]:
+    for what in e.crashed:
+        yield Finding("crash", False, f"crash: {what}")
+
+
+def interference(e: Evidence) -> Iterator[Finding]:
+    for what in e.meddling:
+        yield Finding(
+            "interference",
+            UNKNOWN,
+            f"interference: {what}; something else drove the shared stack during the "
+            "run, so it does not show what the scenario claims",
+        )
+
+
+def faults_as_planned(e: Evidence) -> Iterator[Finding]:
+    """Every fault injected, healed, and (when it waited for busy workers) hitting work."""
+    for injection in e.injections:
+        spec = injection.spec
+        if injection.start_error:
+            yield Finding(
+                "nemesis",
+                UNKNOWN,
+                f"nemesis: {spec.label} at t={spec.at:g}s was not injected as planned "
+                f"({injection.start_error}); the run does not show what it claims",
+            )
+        if injection.started and not injection.healed:
+            yield Finding(
+                "nemesis",
+                UNKNOWN,
+                f"nemesis: {spec.label} could not be healed ({injection.stop_error})",
+            )
+        if spec.wait_for is not None and injection.wait_met is False:
+            peak = injection.peak
+            yield Finding(
+                "evidence",
+                UNKNOWN,
+                f"evidence: {spec.label} at t={spec.at:g}s waited "
+                f"{spec.wait_for.patience:g}s for {spec.wait_for.label} and saw "
+                f"{'nothing readable' if peak is None else f'at most {peak:g}'}: it hit "
+                "without the work it is meant to hit",
+            )
+
+
+def api_contract(e: Evidence) -> Iterator[Finding]:
+    replayed = e.view.failed_then_replayed if e.view is not None else ()
+    if replayed:
+        keys = ", ".join(replayed[:5])
+        yield Finding(
+            "api_contract",
+            False,
+            f"api_contract: {len(replayed)} submit(s) were answered 503 "
+            f"'nothing was written' yet had created their job (a retry got it back as a "
+            f"replay): {keys}",
+        )
+
+
+def drain_bound(e: Evidence) -> Iterator[Finding]:
+    bound = e.expect.recovery_seconds
+    if bound is None:
+        return
+    for drain in e.drains:
+        label = f"{drain.fault} {drain.target}" if drain.target else drain.fault
+        if drain.seconds is not None and drain.seconds > bound:
+            yield Finding(
+                "drain",
+                False,
+                f"drain: the backlog of {label} (healed at t={drain.stopped:.1f}s) "
+                f"took {drain.seconds:.1f}s to finish; bound {bound:g}s",
+            )
+
+
+def redeliveries(e: Evidence) -> Iterator[Finding]:
+    if e.verdict.redeliveries < e.expect.min_redeliveries:
+        yield Finding(
+            "evidence",
+            UNKNOWN,
+            f"evidence: {e.verdict.redeliveries} redelivered job(s), at least "
+            f"{e.expect.min_redeliveries} expected: the faults did not hit running jobs, so "
+            "the run shows nothing about them",
+        )
+
+
+def unknown_landed(e: Evidence) -> Iterator[Finding]:
+    wanted = e.expect.min_unknown_landed
+    seen = e.view.unknown_landed if e.view is not None else None
+    if wanted and (seen is None or seen < wanted):
+        yield Finding(
+            "evidence",
+            UNKNOWN,
+            f"evidence: {'unknown' if seen is None else seen} submit(s) with an unknown "
+            f"outcome landed, at least {wanted} expected: the fault did "
+            "not produce the ambiguity it is meant to",
+        )
+
+
+def alerts_not_firing_at_start(e: Evidence) -> Iterator[Finding]:
+    for name in e.expect.alerts:
+        if e.firing_at_start is None or name in e.firing_at_start:
+            why = "could not be read" if e.firing_at_start is None else "was already firing"
+            yield Finding(
+                "alerts",
+                UNKNOWN,
+                f"alerts: {name}: the set of alerts firing when the run started {why}; "
+                "this run cannot show that its faults tripped it",
+            )
+
+
+def duplicate_messages(e: Evidence) -> Iterator[Finding]:
+    wanted = e.expect.min_duplicate_messages
+    if not wanted:
+        return
+    seen = e.messages.duplicate_messages if e.messages is not None else None
+    if seen is None or seen < wanted:
+        yield Finding(
+            "evidence",
+            UNKNOWN,
+            f"evidence: {'unknown' if seen is None else seen} message(s) produced twice, "
+            f"at least {wanted} expected: no kill landed between "
+            "producing and marking published",
+        )
+
+
+HARNESS: Mapping[str, Checker[Evidence]] = {
+    "crash": crashes,
+    "interference": interference,
+    "faults": faults_as_planned,
+    "api_contract": api_contract,
+    "drain": drain_bound,
+    "redeliveries": redeliveries,
+    "unknown_landed": unknown_landed,
+    "alerts_at_start": alerts_not_firing_at_start,
+    "duplicate_messages": duplicate_messages,
+}
+
+
+def judge(
+    verdict: Verdict,
+    expect: Expectations,
+    *,
+    alerts_fired: Collection[str] | None = None,
+) -> Judgement:
+    """Did the run meet its scenario's expectations (:data:`EXPECTATIONS` only)?"""
+    return Judgement.of(compose(EXPECTATIONS, Evidence(verdict, expect, alerts_fired)))
+
+
+def harness_findings(evidence: Evidence) -> tuple[Finding, ...]:
+    """The harness's own findings on a run (:data:`HARNESS` alone)."""
+    return compose(HARNESS, evidence).findings
+
+
+def judge_run(evidence: Evidence) -> Judgement:
+    """A run held to its expectations and to the harness's checks, in that order."""
+    return Judgement.of(compose({**EXPECTATIONS, **HARNESS}, evidence))

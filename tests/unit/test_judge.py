@@ -1,0 +1,88 @@
+"""Judging a run on hand-written evidence: the harness's own checks (evidence that the faults
+hit, a crash, interference, the drain bound, the API's 503 contract) and their composition
+with the expectations into one judgement."""
+
+from __future__ import annotations
+
+from chaos.checker import UNKNOWN
+from chaos.judge import EXPECTATIONS, HARNESS, Evidence, harness_findings, judge_run
+from chaos.loader import loads_scenario
+from chaos.messages import MessageView
+from chaos.scenario import Expectations
+from chaos.verdict import Verdict, check
+from chaos.workload import ClientView, Drain
+
+VIEW = ClientView(10, 0, 0, 0, 0, 0, 1, ())
+
+
+def expectations(text: str) -> Expectations:
+    return loads_scenario(
+        f'name = "s"\n[workload]\nrate = 1\nduration = 10\n[expect]\n{text}\n'
+    ).expect
+
+
+def empty_verdict() -> Verdict:
+    """A run that accepted nothing: no redeliveries, one ``empty`` finding (unknown)."""
+    return check([], [], [], [], quiet_at=0.0)
+
+
+def harness(expect: str = "", **seen) -> tuple:
+    return harness_findings(Evidence(empty_verdict(), expectations(expect), view=VIEW, **seen))
+
+
+def test_harness_demands_evidence_that_the_fault_hit():
+    findings = harness("min_redeliveries = 1\nmin_unknown_landed = 2\n")
+    assert [f.kind for f in findings] == ["evidence", "evidence"]
+    assert all(f.valid == UNKNOWN for f in findings)
+    (f,) = harness("min_duplicate_messages = 1\n", messages=MessageView(10, 0, 0))
+    assert "produced twice" in f.message
+    assert harness("min_duplicate_messages = 1\n", messages=MessageView(10, 2, 1)) == ()
+    (unread,) = harness("min_duplicate_messages = 1\n")  # Kafka could not be read
+    assert unread.message.startswith("evidence: unknown message(s) produced twice")
+
+
+def test_an_expected_alert_already_firing_at_the_start_proves_nothing():
+    expect = 'alerts = ["LeaseworkFenceRejections", "LeaseworkRelayStalled"]\n'
+    findings = harness(expect, firing_at_start={"LeaseworkFenceRejections"})
+    assert len(findings) == 1 and findings[0].valid == UNKNOWN
+    assert "LeaseworkFenceRejections" in findings[0].message
+    assert len(harness(expect, firing_at_start=None)) == 2
+
+
+def test_another_user_of_the_stack_makes_the_run_unknown():
+    (finding,) = harness(meddling=["worker-1 was restarted (pid 1 -> 2) by no fault"])
+    assert finding.kind == "interference" and finding.valid == UNKNOWN
+    (crash,) = harness(crashed=["relay died"])
+    assert crash.kind == "crash" and crash.valid is False
+
+
+def test_harness_bounds_the_drain_and_holds_the_api_to_its_503():
+    drains = [Drain("sigkill", "worker-1", 20.0, 50, 12.5), Drain("x", None, 30.0, 5, 3.0)]
+    view = ClientView(10, 0, 0, 0, 0, 0, 1, ("k1",))
+    findings = harness_findings(
+        Evidence(empty_verdict(), expectations("recovery_seconds = 10\n"), view=view, drains=drains)
+    )
+    assert sorted(f.kind for f in findings) == ["api_contract", "drain"]
+    assert all(f.valid is False for f in findings)
+
+
+def test_a_run_is_judged_on_its_expectations_then_on_the_harness_checks_by_name():
+    evidence = Evidence(
+        empty_verdict(),
+        expectations("max_lost = 0\n"),
+        view=VIEW,
+        meddling=["something"],
+        crashed=["relay died"],
+    )
+    judgement = judge_run(evidence)
+    assert [r.name for r in judgement.results] == [*EXPECTATIONS, *HARNESS]
+    assert judgement.passed is False  # the crash outranks the unknowns
+    # each finding keeps its kind; the expectations' come first
+    assert [f.kind for f in judgement.findings] == ["empty", "crash", "interference"]
+    assert judgement.problems == tuple(f.message for f in judgement.findings)
+    assert [f.kind for f in judgement.findings_of(HARNESS)] == ["crash", "interference"]
+    by_name = {r.name: r.valid for r in judgement.results}
+    assert by_name["history"] == UNKNOWN and by_name["crash"] is False
+    assert by_name["lost"] is True and by_name["drain"] is True
+    # without the crash the run shows nothing either way: unknown, never a pass
+    assert judge_run(Evidence(empty_verdict(), Expectations(), view=VIEW)).passed == UNKNOWN
