@@ -3,18 +3,33 @@
 Prometheus keeps the synthetic series ``ALERTS{alertname, alertstate}`` for every active
 alert; a range query over the window shows which reached ``firing`` and when first.
 
-Ask a Prometheus that has seen only the window in question (``Stack.scratch_prometheus``):
-on the stack's long-lived one, alerts with long look-back windows (SLO burn over 30 min to
-3 days, dead letters over 10 min) still carry whatever earlier work did.
+Ask a Prometheus that has seen only the window in question (``Stack.scratch_prometheus``,
+:class:`RunPrometheus`): on the stack's long-lived one, alerts with long look-back windows
+(SLO burn over 30 min to 3 days, dead letters over 10 min) still carry whatever earlier work
+did.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import tempfile
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+import trio
 
 from devstack.layout import PROMETHEUS_URL
+
+if TYPE_CHECKING:
+    from chaos.stack import StackCalls
+
+# how long to wait, after quiet, for an expected alert that has not fired yet: SLO burn
+# alerts fire only once the late jobs have started, then hold 1-2 min (`for:`)
+ALERT_PATIENCE = 150.0
 
 
 def fired_between(
@@ -63,3 +78,62 @@ def firing_now(*, url: str = PROMETHEUS_URL) -> set[str]:
         for a in response.json()["data"]["alerts"]
         if a["state"] == "firing"
     }
+
+
+class RunPrometheus:
+    """A Prometheus of the run's own (``Stack.scratch_prometheus``): empty TSDB, the stack's
+    targets and rules, started before the workload and stopped after the check. Alerts are
+    judged on it, not on the stack's long-lived Prometheus, whose 10-minute to 3-day windows
+    still hold earlier runs' faults: there, an alert already firing from the previous scenario
+    could not be credited to this one, and a slow SLO burn left by it would show up here.
+    ``url`` is None when it could not start; the alert checks then say so (UNKNOWN)."""
+
+    def __init__(self, calls: StackCalls, say: Callable[[str], None]) -> None:
+        self._calls = calls
+        self._say = say
+        self._workdir = tempfile.TemporaryDirectory(prefix="leasework-chaos-prometheus-")
+        self._context: contextlib.AbstractContextManager[str] | None = None
+        self.url: str | None = None
+
+    async def start(self) -> None:
+        context = self._calls.stack.scratch_prometheus(Path(self._workdir.name))
+        try:
+            self.url = await self._calls(context.__enter__)
+        except Exception as exc:  # the run goes on; its alert expectations become UNKNOWN
+            self._say(f"prometheus: the run's own Prometheus did not start ({exc})")
+            return
+        self._context = context
+        self._say(f"prometheus: the run's alerts are judged on {self.url} (empty TSDB)")
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            if self._context is not None:
+                await self._calls(self._context.__exit__, None, None, None)
+                self._context = None
+            self._workdir.cleanup()
+
+    async def firing_now(self) -> set[str] | None:
+        if self.url is None:
+            return None
+        try:
+            return await trio.to_thread.run_sync(functools.partial(firing_now, url=self.url))
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+
+    async def fired_during(
+        self, expected: Sequence[str], start_epoch: float
+    ) -> dict[str, float] | None:
+        """Alert name -> first Unix time it was firing since ``start_epoch``; waits up to
+        ALERT_PATIENCE for the expected ones. None when Prometheus cannot be asked."""
+        if self.url is None:
+            return None
+        try:
+            if expected:
+                wait = functools.partial(
+                    wait_for_alerts, set(expected), start_epoch, ALERT_PATIENCE, url=self.url
+                )
+            else:
+                wait = functools.partial(fired_between, start_epoch, time.time(), url=self.url)
+            return await trio.to_thread.run_sync(wait)
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None

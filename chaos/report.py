@@ -1,5 +1,6 @@
 """Reports of a chaos run: ``report.json`` for machines, ``report.md`` for people and
-``timeline.svg``, throughput over time with the fault windows shaded (hand-written SVG).
+``timeline.svg`` (:mod:`chaos.timeline`), written once from the run's record
+(:class:`chaos.record.RunRecord`) by :func:`write_report`.
 
 Also one summary row per scenario, as a Markdown or plain-text table, for a run of many.
 Rendering is pure (strings from data); only :func:`write_report` touches the disk.
@@ -7,29 +8,26 @@ Rendering is pure (strings from data); only :func:`write_report` touches the dis
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
-from xml.sax.saxutils import escape, quoteattr
 
-from chaos import nemeses
 from chaos.checker import Validity
-from chaos.history import SUBMIT, FaultWindow, Op, fault_windows
+from chaos.history import Op, fault_windows
 from chaos.judge import Judgement
+from chaos.record import RecoveryRow, RunDetails, RunRecord
 from chaos.scenario import Scenario
+from chaos.tables import jsonable
+from chaos.timeline import render_svg, throughput
 from chaos.verdict import Verdict
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 TIMELINE_SVG = "timeline.svg"
-
-_UNKNOWN_FAULT_COLOUR = "#7f7f7f"  # a fault the registry does not know (an older history)
-_SUBMITTED_COLOUR = "#1f77b4"
-_FINISHED_COLOUR = "#17becf"
 
 
 def validity_text(valid: Validity) -> str:
@@ -40,200 +38,6 @@ def validity_text(valid: Validity) -> str:
 def passed_text(passed: Validity) -> str:
     """How a judgement against expectations reads: ``met``, ``NOT MET`` or ``unknown``."""
     return "met" if passed is True else "NOT MET" if passed is False else "unknown"
-
-
-# ---------------------------------------------------------------- series
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """Jobs per bucket: ``submitted`` (first invocation of each key) and ``finished`` (jobs
-    that reached a terminal state), bucket ``i`` covering [i*bucket, (i+1)*bucket)."""
-
-    bucket: float
-    submitted: tuple[int, ...]
-    finished: tuple[int, ...]
-
-    @property
-    def horizon(self) -> float:
-        return len(self.submitted) * self.bucket
-
-
-def _horizon(verdict: Verdict, history: Sequence[Op], windows: Sequence[FaultWindow]) -> float:
-    ends = [verdict.quiet_at, *verdict.finish_times, *(op.time for op in history)]
-    ends += [w.stop if w.stop is not None else w.start for w in windows]
-    return max([0.0, *ends])
-
-
-def throughput(verdict: Verdict, history: Sequence[Op], *, bucket: float = 1.0) -> Throughput:
-    windows = fault_windows(history)
-    buckets = max(1, math.ceil(_horizon(verdict, history, windows) / bucket + 1e-9))
-    submitted = [0] * buckets
-    finished = [0] * buckets
-    seen: set[str] = set()
-    for op in history:
-        key = op.value.get("key")
-        if op.f == SUBMIT and op.is_invoke and isinstance(key, str) and key not in seen:
-            seen.add(key)
-            submitted[min(buckets - 1, max(0, int(op.time // bucket)))] += 1
-    for t in verdict.finish_times:
-        finished[min(buckets - 1, max(0, int(t // bucket)))] += 1
-    return Throughput(bucket, tuple(submitted), tuple(finished))
-
-
-# ---------------------------------------------------------------- SVG
-
-
-def _colour(fault: str) -> str:
-    known = nemeses.REGISTRY.get(fault)
-    return known.colour if known is not None else _UNKNOWN_FAULT_COLOUR
-
-
-def _nice_step(span: float, ticks: int) -> float:
-    raw = span / max(1, ticks)
-    magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    for factor in (1, 2, 5, 10):
-        if raw <= factor * magnitude:
-            return factor * magnitude
-    return 10 * magnitude
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.1f}".rstrip("0").rstrip(".")
-
-
-def render_svg(
-    verdict: Verdict,
-    history: Sequence[Op],
-    *,
-    title: str = "",
-    width: int = 900,
-    height: int = 320,
-    bucket: float = 1.0,
-) -> str:
-    """The throughput timeline: submitted and finished jobs per ``bucket`` seconds as two
-    polylines, each fault window a shaded ``rect class="fault"`` labelled with its name."""
-    windows = fault_windows(history)
-    series = throughput(verdict, history, bucket=bucket)
-    left, right, bottom, row_h = 56, 16, 40, 13
-    plot_w = width - left - right
-    plot_h = height - 30 - 2 * row_h - 6 - bottom  # room for two rows of fault labels
-    horizon = max(series.horizon, bucket)
-    peak = max([1, *series.submitted, *series.finished])
-    y_step = _nice_step(peak, 5)
-    y_max = math.ceil(peak / y_step) * y_step
-
-    def x(t: float) -> float:
-        return left + plot_w * min(max(t, 0.0), horizon) / horizon
-
-    # fault labels go in rows above the plot, each in the first row where it fits
-    rows: list[int] = []
-    row_ends: list[float] = []
-    label_xs: list[float] = []
-    for w in windows:
-        label_w = 6.2 * len(w.label)  # roughly, at 11 px
-        label_x = max(0.0, min(x(w.start) + 2, width - 4 - label_w))
-        row = next((i for i, end in enumerate(row_ends) if end < label_x), len(row_ends))
-        if row == len(row_ends):
-            row_ends.append(0.0)
-        row_ends[row] = label_x + label_w + 8
-        rows.append(row)
-        label_xs.append(label_x)
-    top = 30 + row_h * max(2, len(row_ends)) + 6
-    height = top + plot_h + bottom
-
-    def y(v: float) -> float:
-        return top + plot_h * (1 - v / y_max)
-
-    out: list[str] = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f"<title>{escape(title or 'chaos run timeline')}</title>",
-        f'<rect class="background" x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
-    ]
-    if title:
-        out.append(
-            f'<text class="title" x="{left}" y="18" font-size="14" font-weight="bold">'
-            f"{escape(title)}</text>"
-        )
-
-    # fault windows: a shaded band over the plot, named above it
-    out.append('<g class="faults">')
-    for w, row, label_x in zip(windows, rows, label_xs, strict=True):
-        x0 = x(w.start)
-        x1 = x(w.stop if w.stop is not None else horizon)
-        colour = _colour(w.fault)
-        span = f"{_fmt(w.start)}s to " + (f"{_fmt(w.stop)}s" if w.stop is not None else "end")
-        label_y = top - 6 - row_h * (len(row_ends) - 1 - row)
-        out.append(
-            f'<rect class="fault" data-fault={quoteattr(w.fault)} '
-            f"data-target={quoteattr(w.target or '')} "
-            f'x="{x0:.1f}" y="{top}" width="{max(x1 - x0, 2.0):.1f}" height="{plot_h}" '
-            f'fill="{colour}" fill-opacity="0.18" stroke="{colour}" stroke-opacity="0.5">'
-            f"<title>{escape(w.label)}: {span}</title></rect>"
-            f'<line x1="{x0:.1f}" y1="{label_y + 3}" x2="{x0:.1f}" y2="{top}" '
-            f'stroke="{colour}" stroke-opacity="0.5"/>'
-            f'<text class="fault-label" x="{label_x:.1f}" y="{label_y}" fill="{colour}">'
-            f"{escape(w.label)}</text>"
-        )
-    out.append("</g>")
-
-    # axes, grid and ticks
-    out.append('<g class="axes" stroke="#444444">')
-    out.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}"/>')
-    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>')
-    out.append("</g>")
-    out.append('<g class="ticks" fill="#444444">')
-    t_step = _nice_step(horizon, 10)
-    t = 0.0
-    while t <= horizon + 1e-9:
-        out.append(
-            f'<line x1="{x(t):.1f}" y1="{top + plot_h}" x2="{x(t):.1f}" y2="{top + plot_h + 4}" '
-            'stroke="#444444"/>'
-            f'<text x="{x(t):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{_fmt(t)}</text>'
-        )
-        t += t_step
-    v = 0.0
-    while v <= y_max + 1e-9:
-        out.append(
-            f'<line x1="{left}" y1="{y(v):.1f}" x2="{left + plot_w}" y2="{y(v):.1f}" '
-            'stroke="#dddddd"/>'
-            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>'
-        )
-        v += y_step
-    out.append(
-        f'<text x="{left + plot_w / 2:.0f}" y="{height - 6}" text-anchor="middle">'
-        "seconds since the run started</text>"
-        f'<text x="14" y="{top + plot_h / 2:.0f}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {top + plot_h / 2:.0f})">jobs per {_fmt(bucket)} s</text>'
-    )
-    out.append("</g>")
-
-    # the two series
-    for name, colour, values in (
-        ("submitted", _SUBMITTED_COLOUR, series.submitted),
-        ("finished", _FINISHED_COLOUR, series.finished),
-    ):
-        points = " ".join(
-            f"{x((i + 0.5) * bucket):.1f},{y(count):.1f}" for i, count in enumerate(values)
-        )
-        out.append(
-            f'<polyline class="{name}" points="{points}" fill="none" stroke="{colour}" '
-            'stroke-width="1.5"/>'
-        )
-
-    # legend
-    out.append(f'<g class="legend" transform="translate({left + plot_w - 280},14)">')
-    for i, (name, colour) in enumerate(
-        (("submitted", _SUBMITTED_COLOUR), ("finished", _FINISHED_COLOUR))
-    ):
-        out.append(
-            f'<line x1="{i * 140}" y1="0" x2="{i * 140 + 18}" y2="0" stroke="{colour}" '
-            f'stroke-width="2"/><text x="{i * 140 + 24}" y="4">{name} per {_fmt(bucket)} s</text>'
-        )
-    out.append("</g>")
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- Markdown
@@ -451,6 +255,195 @@ def summary_table(
     return "\n".join(out) + "\n"
 
 
+# ---------------------------------------------------------------- the harness's section
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value).replace("|", "\\|")
+
+
+def details_markdown(record: RunDetails) -> str:
+    """The harness's section of report.md: what was done and what the system did. Rendered
+    from ``record.to_dict()``, the report's ``run`` section, so the two always agree."""
+    details = record.to_dict()
+    lines = ["## What the harness did", ""]
+    setup = details["setup"]
+    lines.append(
+        f"Key prefix `{details['key_prefix']}`, workload seed {details['seed']}, "
+        f"lease mode {details['lease_mode']}."
+    )
+    for action in setup["baseline"]:
+        lines.append(f"- baseline: {action}")
+    for name, env in setup["process_env"].items():
+        lines.append(f"- {name} started with {', '.join(f'{k}={v}' for k, v in env.items())}")
+    for link in setup["links"]:
+        lines.append(
+            f"- private proxy `{link['name']}` on port {link['port']} for {link['process']}'s "
+            f"{link['proxy']} link"
+        )
+    lines += ["", "### Faults", ""]
+    lines.append(
+        "| # | fault | target | params | started (s) | healed (s) | affects | busy when hit "
+        "| errors |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for i, inj in enumerate(details["faults"], start=1):
+        params = ", ".join(f"{k}={v}" for k, v in inj["params"].items()) or "–"
+        errors = "; ".join(e for e in (inj["start_error"], inj["stop_error"]) if e) or "–"
+        retried = len(inj.get("heal_failures") or ()) - (1 if inj["stop_error"] else 0)
+        if retried > 0:
+            errors += f" (heal retried {retried}x: {inj['heal_failures'][0].splitlines()[0]})"
+        busy = busy_cell(inj)
+        lines.append(
+            f"| {i} | {inj['fault']} | {_fmt(inj['target'])} | {_fmt(params)} | "
+            f"{_fmt(inj['started_at'])} | {_fmt(inj['healed_at'])} | {_fmt(inj['affects'])} | "
+            f"{busy} | {_fmt(errors)} |"
+        )
+    if not details["faults"]:
+        lines.append("| – | none | | | | | | | |")
+    client = details["client"]
+    view = details["client_view"]
+    lines += ["", "### The client", ""]
+    lines.append("| measure | value |")
+    lines.append("|---|---|")
+    rows = [
+        ("submits planned", client["planned"]),
+        ("keys submitted", client["keys_invoked"]),
+        ("HTTP attempts", client["attempts"]),
+        ("keys acknowledged (2xx)", client["acknowledged"]),
+        ("keys retried", view["retried_keys"]),
+        ("keys with an unknown (info) attempt", view["unknown_keys"]),
+        ("… which landed (job in the table)", view["unknown_landed"]),
+        ("… … proven by an idempotent replay", view["unknown_replayed"]),
+        ("… which never landed", view["unknown_not_landed"]),
+        ("most jobs under one key", view["jobs_per_key_max"]),
+        ("503 'nothing was written' that had written", len(view["failed_then_replayed"])),
+        ("keys given up (still unresolved)", client["given_up"]),
+        ("worst submit lag behind schedule (s)", client["late_start"]),
+    ]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in rows]
+    lines += [
+        "",
+        "Attempt outcomes: "
+        + (", ".join(f"{k}: {v}" for k, v in client["by_reason"].items()) or "none"),
+        "",
+    ]
+    lines += ["### The system", ""]
+    lines.append("| counter (sum over processes and restarts, lower bound) | value |")
+    lines.append("|---|---|")
+    for name, value in details["counters"].items():
+        lines.append(f"| `{name}` | {value:g} |")
+    kafka = details.get("kafka")
+    lines.append("")
+    if kafka:
+        lines.append(
+            f"Kafka `jobs.ready` (read directly after the run): {kafka['messages']} message(s) "
+            f"for this run's jobs, {kafka['duplicate_messages']} produced more than once "
+            f"({kafka['jobs_with_duplicates']} job(s))."
+        )
+    else:
+        lines.append("Kafka `jobs.ready` could not be read; no message count.")
+    shop = details.get("shop")
+    if shop:
+        lines.append(
+            f"Example shop (read directly after the run): {shop['orders']} order(s), "
+            f"{shop['receipts_recorded']} receipt(s) recorded through the fence "
+            f"({shop['orders_doubled']} order(s) recorded more than once, "
+            f"{shop['orders_without_receipt']} with none); the mail service sent "
+            f"{shop['emails']} email(s) for {shop['mail_calls']} call(s) "
+            f"({shop['emails_called_again']} asked for again under the same idempotency key)."
+        )
+    alert_info = details.get("alerts") or {}
+    fired_alerts = alert_info.get("fired")
+    if fired_alerts is None:
+        lines.append("Prometheus alerts could not be read.")
+    else:
+        shown = ", ".join(f"{n} (t={t:g}s)" for n, t in fired_alerts.items()) or "none"
+        already = ", ".join(alert_info.get("firing_at_start") or []) or "none"
+        lines.append(
+            f"Prometheus alerts firing during the run: {shown}; already firing when it "
+            f"started: {already}."
+        )
+    lines += ["", "### Recovery", ""]
+    lines.append(
+        "First finish: the checker's time from the heal to the first job finished after it. "
+        "Drained: the harness's time from the heal until every job created and due before it "
+        "had finished."
+    )
+    lines += ["", "| fault | target | healed (s) | first finish (s) | drained (s) | jobs |"]
+    lines.append("|---|---|---|---|---|---|")
+    for r in details["recovery"]:
+        lines.append(
+            f"| {r['fault']} | {_fmt(r['target'])} | {_fmt(r['stopped'])} | "
+            f"{_fmt(r['first_finish'])} | {_fmt(r['drained'])} | {_fmt(r['jobs'])} |"
+        )
+    quiet = details["quiet"]
+    lines += [""]
+    for line in details.get("crashed") or ():
+        lines.append(f"**Crashed:** {line}")
+    for line in details.get("interference") or ():
+        lines.append(f"**Interference:** {line}")
+    if quiet["reached"]:
+        lines.append(f"Quiet at t={quiet['at']:.1f}s after waiting {quiet['waited']:.1f}s.")
+    else:
+        lines.append(
+            f"NOT quiet after {quiet['waited']:.1f}s: pending {quiet['pending']}, "
+            f"{quiet['in_flight']:g} job(s) in flight; the tables were read anyway."
+        )
+    lines.append(
+        f"Run took {details['seconds']:.0f}s (workload {details['workload_seconds']:.0f}s)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def busy_cell(inj: Mapping[str, Any]) -> str:
+    """The faults table's "busy when hit" cell: the gauges the fault's wait saw (summed over
+    the workers it hits), how long it waited, and the target's gauges just before its signal."""
+    wait = inj.get("wait_for")
+    if not wait:  # reports from before wait_for: the in-flight count alone
+        if inj.get("in_flight") is None:
+            return "–"
+        return f"{inj['in_flight']:g} in flight (waited {inj['waited_for_a_job']:.1f}s)"
+    seen = inj.get("gauges_seen") or {}
+    text = ", ".join(f"{k} {v:g}" for k, v in seen.items()) or "no gauge readable"
+    text += f" (waited {inj['waited_for_a_job']:.1f}s for {wait['gauge']} ≥ {wait['at_least']:g}"
+    if wait.get("met") is False:
+        text += f"; patience ran out, at most {wait.get('peak') or 0:g} seen)"
+    else:
+        text += ")"
+    at_signal = inj.get("gauges_at_signal") or {}
+    if at_signal:
+        text += "; at the signal: " + ", ".join(f"{k} {v:g}" for k, v in at_signal.items())
+    return text
+
+
+def result_text(verdict: Verdict, judgement: Judgement | None) -> str:
+    """The summary's result cell: the checker's verdict and the scenario's expectations
+    (they differ for the unsafe run, whose expectations require an invalid history)."""
+    text = f"checker {validity_text(verdict.valid)}"
+    if judgement is not None:
+        text += f"; expectations {passed_text(judgement.passed)}"
+    return text
+
+
+def recovery_text(rows: Sequence[RecoveryRow]) -> str:
+    """The summary table's recovery cell: worst first finish, worst drain."""
+    if not rows:
+        return "–"
+    first = [r.first_finish for r in rows if r.first_finish is not None]
+    drained = [r.drained for r in rows if r.drained is not None]
+    unmeasured = sum(1 for r in rows if r.drained is None)
+    text = f"first ≤{max(first):.1f}s" if first else "first –"
+    text += f", drained ≤{max(drained):.1f}s" if drained else ", drained –"
+    if unmeasured:
+        text += f" ({unmeasured} undrained)"
+    return text
+
+
 # ---------------------------------------------------------------- writing
 
 
@@ -461,19 +454,27 @@ class ReportFiles:
     svg: Path
 
 
-def report_data(
-    verdict: Verdict,
-    scenario: Scenario,
-    history: Sequence[Op],
-    *,
-    judgement: Judgement | None = None,
-) -> dict[str, Any]:
+def record_summary_row(record: RunRecord) -> SummaryRow:
+    """The run's row of the summary table; with the harness's details, its recovery cell is
+    the drains' and its result cell shows both the checker and the expectations."""
+    row = summary_row(record.scenario, record.verdict, record.judgement)
+    if record.details is None:
+        return row
+    return dataclasses.replace(
+        row,
+        recovery=recovery_text(record.details.recovery),
+        result=result_text(record.verdict, record.judgement),
+    )
+
+
+def report_data(record: RunRecord) -> dict[str, Any]:
     """What ``report.json`` holds."""
+    verdict, history = record.verdict, record.history
     series = throughput(verdict, history)
-    return {
-        "scenario": scenario.to_dict(),
+    data: dict[str, Any] = {
+        "scenario": record.scenario.to_dict(),
         "verdict": verdict.to_dict(),
-        "judgement": judgement.to_dict() if judgement is not None else None,
+        "judgement": record.judgement.to_dict() if record.judgement is not None else None,
         "fault_windows": [asdict(w) for w in fault_windows(history)],
         "throughput": {
             "bucket_seconds": series.bucket,
@@ -481,29 +482,39 @@ def report_data(
             "finished": list(series.finished),
         },
         "history_ops": len(history),
-        "summary": asdict(summary_row(scenario, verdict, judgement)),
+        "summary": asdict(record_summary_row(record)),
     }
+    if record.details is not None:
+        data["run"] = record.details.to_dict()
+    return data
 
 
-def write_report(
-    directory: str | os.PathLike[str],
-    verdict: Verdict,
-    scenario: Scenario,
-    history: Sequence[Op],
-    *,
-    judgement: Judgement | None = None,
-) -> ReportFiles:
-    """Write ``report.json``, ``report.md`` and ``timeline.svg`` into ``directory``."""
+def report_markdown(record: RunRecord) -> str:
+    """``report.md``: the verdict and the scenario, then what the harness did, with the
+    harness's own findings (a crash, missing evidence) on top: among hundreds of lost jobs
+    they are the cause."""
+    text = render_markdown(
+        record.verdict, record.scenario, record.history, judgement=record.judgement
+    )
+    if record.details is None:
+        return text
+    text = text.rstrip("\n") + "\n\n" + details_markdown(record.details)
+    findings = record.details.harness_problems
+    if findings:
+        block = "**Harness findings:**\n\n" + "".join(f"- {p}\n" for p in findings) + "\n"
+        text = text.replace("## Verdict\n", block + "## Verdict\n", 1)
+    return text
+
+
+def write_report(directory: str | os.PathLike[str], record: RunRecord) -> ReportFiles:
+    """Write ``report.json``, ``report.md`` and ``timeline.svg`` of one run into
+    ``directory``, once, from its record."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(out / REPORT_JSON, out / REPORT_MD, out / TIMELINE_SVG)
-    data = report_data(verdict, scenario, history, judgement=judgement)
-    files.json.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    files.markdown.write_text(
-        render_markdown(verdict, scenario, history, judgement=judgement), encoding="utf-8"
-    )
-    files.svg.write_text(
-        render_svg(verdict, history, title=f"{scenario.name}: submitted and finished jobs"),
-        encoding="utf-8",
-    )
+    data = report_data(record)
+    files.json.write_text(json.dumps(data, indent=2, default=jsonable) + "\n", encoding="utf-8")
+    files.markdown.write_text(report_markdown(record), encoding="utf-8")
+    title = f"{record.scenario.name}: submitted and finished jobs"
+    files.svg.write_text(render_svg(record.verdict, record.history, title=title), encoding="utf-8")
     return files

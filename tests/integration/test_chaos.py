@@ -19,6 +19,7 @@ from chaos.history import read_history
 from chaos.judge import judge
 from chaos.report import REPORT_JSON, REPORT_MD, TIMELINE_SVG
 from chaos.stack import env_deviations
+from chaos.tables import TABLES_JSON, load_tables
 from chaos.verdict import check
 from devstack import Stack
 
@@ -70,7 +71,8 @@ def test_fenced_stalled_worker_passes(fenced_run: runner.RunResult):
     # the freeze really hit running jobs: they ran again, and the frozen worker's late
     # writes were refused by the fence or cancelled at the lease deadline
     assert verdict.redeliveries >= 1
-    counters = fenced_run.details["counters"]
+    assert fenced_run.details is not None
+    counters = fenced_run.details.counters
     assert (
         counters["leasework_fence_rejections_total"]
         + counters["leasework_lease_loss_cancellations_total"]
@@ -82,8 +84,9 @@ def test_fenced_stalled_worker_passes(fenced_run: runner.RunResult):
 
 def test_checker_fails_a_real_run_with_one_effect_removed(fenced_run: runner.RunResult):
     history = read_history(fenced_run.directory / "history.jsonl")
-    tables = runner.load_tables(fenced_run.directory / "tables.json")
-    quiet_at = fenced_run.details["quiet"]["at"]
+    tables = load_tables(fenced_run.directory / TABLES_JSON)
+    assert fenced_run.details is not None
+    quiet_at = fenced_run.details.quiet.at
 
     def verdict(effects):
         return check(

@@ -20,7 +20,8 @@ from chaos.nemeses.base import NemesisError, WaitFor
 from chaos.nemeses.signals import MID_JOB_WAIT
 from chaos.nemeses.toxics import toxic_bodies
 from chaos.nemesis import Injection, Nemesis, affected, wait_condition
-from chaos.runner import busy_cell, make_unsafe, select
+from chaos.report import busy_cell
+from chaos.runner import make_unsafe, select
 from chaos.scenario import Expectations, FaultSpec
 from chaos.stack import UNSAFE_ENV, StackCalls
 from chaos.verdict import check

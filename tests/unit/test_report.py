@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from chaos.history import Op, nemesis_value, submit_ok_value, submit_value
 from chaos.judge import judge
 from chaos.loader import loads_scenario
+from chaos.record import RunRecord
 from chaos.report import (
     render_svg,
     summary_row,
@@ -122,7 +123,7 @@ def test_the_report_files_are_written(tmp_path):
     scenario, ops, verdict = _run()
     assert verdict.valid is True, verdict.problems
     judgement = judge(verdict, scenario.expect)
-    files = write_report(tmp_path / "out", verdict, scenario, ops, judgement=judgement)
+    files = write_report(tmp_path / "out", RunRecord(scenario, tuple(ops), verdict, judgement))
     assert files.json.exists() and files.markdown.exists() and files.svg.exists()
 
     data = json.loads(files.json.read_text())
@@ -142,7 +143,7 @@ def test_the_report_files_are_written(tmp_path):
 
 def test_the_timeline_is_svg_with_shaded_fault_windows(tmp_path):
     scenario, ops, verdict = _run()
-    files = write_report(tmp_path, verdict, scenario, ops)
+    files = write_report(tmp_path, RunRecord(scenario, tuple(ops), verdict))
     root = ET.parse(files.svg).getroot()
     assert root.tag == f"{SVG}svg"
     faults = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "fault"]
@@ -172,7 +173,9 @@ def test_the_svg_escapes_text_and_draws_an_unhealed_fault_to_the_end():
 
 def test_summary_rows_render_as_markdown_and_plain(tmp_path):
     scenario, ops, verdict = _run()
-    write_report(tmp_path / "a", verdict, scenario, ops, judgement=judge(verdict, scenario.expect))
+    write_report(
+        tmp_path / "a", RunRecord(scenario, tuple(ops), verdict, judge(verdict, scenario.expect))
+    )
     row = summary_row_from_report(tmp_path / "a")
     assert row == summary_row(scenario, verdict, judge(verdict, scenario.expect))
     assert row.faults == "sigkill, latency" and row.accepted == 19

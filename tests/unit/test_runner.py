@@ -11,7 +11,10 @@ from chaos.checker import UNKNOWN
 from chaos.judge import Judgement
 from chaos.links import link_targets
 from chaos.loader import load_scenarios, loads_scenario
-from chaos.runner import RunResult, exit_code, recovery_text, select
+from chaos.record import RecoveryRow, RunRecord
+from chaos.report import recovery_text
+from chaos.runner import RunResult, exit_code, select
+from chaos.verdict import check
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -19,16 +22,19 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 def test_exit_code_and_recovery_text():
     scenario = loads_scenario('name = "s"\n[workload]\nrate = 1\nduration = 10\n')
 
+    verdict = check([], [], [], [], quiet_at=0.0)
+
     def result(passed, error=None):
-        return RunResult(scenario, Path("."), None, Judgement(passed, ()), 1.0, error=error)
+        record = RunRecord(scenario, (), verdict, Judgement(passed, ()))
+        return RunResult(scenario, Path("."), 1.0, record, error=error)
 
     assert exit_code([result(True), result(True)]) == 0
     assert exit_code([result(True), result(UNKNOWN)]) == 2
     assert exit_code([result(UNKNOWN), result(False)]) == 1
     assert exit_code([result(True), result(True, error="boom")]) == 3
     rows = [
-        {"first_finish": 0.5, "drained": 12.0},
-        {"first_finish": 1.5, "drained": None},
+        RecoveryRow("sigkill", "worker-1", 10.0, 0.5, 12.0, 40),
+        RecoveryRow("latency", "postgres", 30.0, 1.5, None, None),
     ]
     assert recovery_text(rows) == "first ≤1.5s, drained ≤12.0s (1 undrained)"
     assert recovery_text([]) == "–"

@@ -1,0 +1,88 @@
+"""The run's rows, read straight from Postgres (the direct port, never the proxy, so toxics
+never fool the harness), and ``tables.json``, the rows the checker saw, so that a run can be
+checked again offline.
+
+``jobs``, ``effects`` and ``attempts`` of the run's jobs (those whose Idempotency-Key starts
+with the run's prefix), and the example shop's orders and mail ledger (:mod:`chaos.shop`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from chaos.shop import read_shop, receipt_effects
+from devstack.layout import POSTGRES_DIRECT_DSN
+from leasework.states import TERMINAL
+
+TABLES_JSON = "tables.json"
+
+
+def _like(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%"
+
+
+def pending_jobs(prefix: str) -> dict[str, int]:
+    """Jobs of the run that are not terminal yet, by status (blocking)."""
+    with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
+        rows = conn.execute(
+            "SELECT status, count(*) AS n FROM jobs WHERE idempotency_key LIKE %s GROUP BY status",
+            (_like(prefix),),
+        ).fetchall()
+    return {r["status"]: r["n"] for r in rows if r["status"] not in TERMINAL}
+
+
+def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """The run's rows of ``jobs``, ``effects`` and ``attempts``, and of the example shop's
+    ``shop_orders`` and ``shop_mail`` (blocking). ``effects`` holds, after the rows of the
+    ``effects`` table, one row of kind ``receipt`` per receipt recorded on an order of the
+    run (:func:`chaos.shop.receipt_effects`), so a receipt recorded twice is a doubled
+    effect."""
+    like = _like(prefix)
+    with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
+        jobs = conn.execute(
+            "SELECT id::text AS id, type, status, attempt, max_attempts, idempotency_key, "
+            "run_at, started_at, finished_at, created_at, last_error "
+            "FROM jobs WHERE idempotency_key LIKE %s ORDER BY created_at, id",
+            (like,),
+        ).fetchall()
+        effects = conn.execute(
+            "SELECT e.job_id::text AS job_id, e.fence, e.kind FROM effects e "
+            "JOIN jobs j ON j.id = e.job_id WHERE j.idempotency_key LIKE %s ORDER BY e.id",
+            (like,),
+        ).fetchall()
+        attempts = conn.execute(
+            "SELECT a.job_id::text AS job_id, a.attempt, a.fence, a.worker, a.started_at, "
+            "a.outcome FROM attempts a JOIN jobs j ON j.id = a.job_id "
+            "WHERE j.idempotency_key LIKE %s ORDER BY a.id",
+            (like,),
+        ).fetchall()
+        shop = read_shop(conn, like)
+    effects += receipt_effects(shop["shop_orders"])
+    return {"jobs": jobs, "effects": effects, "attempts": attempts, **shop}
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def save_tables(path: Path, tables: Mapping[str, Any], run_started_at: datetime) -> None:
+    data = {"run_started_at": run_started_at.isoformat(), **tables}
+    path.write_text(json.dumps(data, default=jsonable) + "\n", encoding="utf-8")
+
+
+def load_tables(path: Path) -> dict[str, Any]:
+    """``tables.json`` of a report directory: run_started_at, jobs, effects (receipts
+    included), attempts, and the shop's shop_orders and shop_mail (absent in older reports)."""
+    return json.loads(path.read_text(encoding="utf-8"))
