@@ -30,6 +30,7 @@ from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.groupcommit import GroupCommit
 from leasework.health import Health
+from leasework.job import Job
 from leasework.jsonlimits import MalformedJSON, TooDeep, parse_json
 from leasework.openapi import openapi_document
 from leasework.problems import Problem
@@ -49,7 +50,6 @@ MAX_BULK_RETRY = 10_000
 JOB_FIELDS = (
     "type",
     "payload",
-    "status",
     "attempt",
     "max_attempts",
     "timeout_seconds",
@@ -65,11 +65,12 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def job_view(row: dict[str, Any]) -> dict[str, Any]:
-    view = {k: row[k] for k in JOB_FIELDS}
-    view["id"] = str(row["id"])
+def job_view(job: Job) -> dict[str, Any]:
+    view: dict[str, Any] = {k: getattr(job, k) for k in JOB_FIELDS}
+    view["status"] = str(job.status)
+    view["id"] = str(job.id)
     for key in ("run_at", "created_at", "updated_at", "started_at", "finished_at"):
-        view[key] = _iso(row[key])
+        view[key] = _iso(getattr(job, key))
     return view
 
 
@@ -88,8 +89,8 @@ def accepted_view(job: JobRequest, inserted: store.Inserted) -> dict[str, Any]:
     }
 
 
-def encode_cursor(row: dict[str, Any]) -> str:
-    raw = json.dumps([row["created_at"].isoformat(), str(row["id"])]).encode()
+def encode_cursor(job: Job) -> str:
+    raw = json.dumps([job.created_at.isoformat(), str(job.id)]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -349,10 +350,10 @@ def create_app(
 
     @app.get("/jobs/<job_id>")
     async def get_job(job_id: str):
-        row = await db.run(store.job_get, parse_job_id(job_id))
-        if row is None:
+        job = await db.run(store.job_get, parse_job_id(job_id))
+        if job is None:
             raise no_such_job(job_id)
-        return job_view(row)
+        return job_view(job)
 
     @app.get("/jobs")
     async def list_jobs():
@@ -382,31 +383,31 @@ def create_app(
     @app.post("/jobs/<job_id>/cancel")
     async def cancel(job_id: str):
         result = await db.run(store.job_cancel, parse_job_id(job_id))
-        if result.outcome == "missing":
+        if result.outcome == store.CancelOutcome.MISSING:
             raise no_such_job(job_id)
-        if result.outcome == "finished":
+        if result.outcome == store.CancelOutcome.FINISHED:
             raise Problem(
                 409,
                 "job-finished",
                 "Job already finished",
-                f"job {job_id} is {result.job['status']}; a finished job cannot be cancelled",
+                f"job {job_id} is {result.job.status}; a finished job cannot be cancelled",
             )
         view = job_view(result.job)
         # 200: cancelled now; 202: the running worker was asked to stop
-        return view, (200 if result.outcome == "cancelled" else 202)
+        return view, (200 if result.outcome == store.CancelOutcome.CANCELLED else 202)
 
     @app.post("/jobs/<job_id>/retry")
     async def retry(job_id: str):
         retry_one = functools.partial(store.job_retry, topic=settings.topic_ready)
         result = await db.run(retry_one, parse_job_id(job_id))
-        if result.outcome == "missing":
+        if result.outcome == store.RetryOutcome.MISSING:
             raise no_such_job(job_id)
-        if result.outcome == "not-retryable":
+        if result.outcome == store.RetryOutcome.NOT_RETRYABLE:
             raise Problem(
                 409,
                 "job-not-retryable",
                 "Job cannot be retried",
-                f"job {job_id} is {result.job['status']}; only "
+                f"job {job_id} is {result.job.status}; only "
                 f"{' or '.join(sorted(RETRYABLE))} jobs can be retried",
             )
         return job_view(result.job), 200

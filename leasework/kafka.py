@@ -10,7 +10,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import trio
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -94,10 +93,6 @@ def cluster_probe(admin: AdminClient, topics: Sequence[str], timeout: float = 3.
         if any(p.leader < 0 for p in found.partitions.values()):
             return f"kafka: topic {topic} has partitions without a leader"
     return None
-
-
-async def run_blocking(limiter: trio.CapacityLimiter, fn, *args):
-    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 def group_lag(probe: Consumer, topic: str, timeout: float = 5.0) -> dict[int, int]:

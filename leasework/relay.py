@@ -48,9 +48,9 @@ class OutboxRelay:
         rows = store.outbox_fetch(conn, self.batch_size)
         if not rows:
             return 0, 0
-        messages = [(r["topic"], r["key"], r["value"].encode(), r["headers"]) for r in rows]
+        messages = [(m.topic, m.key, m.value.encode(), m.headers) for m in rows]
         deliveries = self.publisher.publish(messages, timeout=PUBLISH_TIMEOUT)
-        acked = [row["id"] for row, d in zip(rows, deliveries, strict=True) if d.ok]
+        acked = [m.id for m, d in zip(rows, deliveries, strict=True) if d.ok]
         store.outbox_retire(conn, acked)
         failed = [d.error for d in deliveries if not d.ok]
         self.last_error = failed[0] if failed else None
@@ -162,7 +162,7 @@ async def reaper_loop(db: Database, settings: Settings) -> None:
                 metrics.lease_expirations.inc()
                 log.warning(
                     "lease expired; job requeued",
-                    extra={"job_id": str(job["id"]), "status": job["status"]},
+                    extra={"job_id": str(job.id), "status": str(job.status)},
                 )
         except Exception as exc:  # the loop must outlive any one pass
             pass_failed("reaper", exc)

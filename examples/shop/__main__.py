@@ -50,7 +50,11 @@ def config(addr: str) -> Config:
 
 async def main() -> None:
     await trio.to_thread.run_sync(apply_schema, DSN)
-    pool = ConnectionPool(DSN, min_size=1, max_size=8, open=False, timeout=10.0)
+    # check each connection before use: a connection the database dropped (a restart, a
+    # network blip) is replaced instead of failing the next order
+    pool = ConnectionPool(
+        DSN, min_size=1, max_size=8, open=False, timeout=10.0, check=ConnectionPool.check_connection
+    )
     await trio.to_thread.run_sync(lambda: pool.open(wait=False))
     stop = trio.Event()
     try:

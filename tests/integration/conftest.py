@@ -6,8 +6,10 @@ works on its own too. Tests wait on conditions with deadlines, never on fixed sl
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from devstack import Stack
-from devstack.layout import POSTGRES_DIRECT_DSN
+from devstack.layout import KAFKA_DIRECT_BOOTSTRAP, POSTGRES_DIRECT_DSN
 from leasework.client import AsyncClient, Client
 
 API_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
@@ -92,3 +94,34 @@ def insert_unchecked(db, job_type: str, payload: Any = None, **fields: Any) -> s
         "SELECT id::text AS id FROM leasework_jobs_insert(%s::jsonb)", (json.dumps([request]),)
     ).fetchone()
     return row["id"]
+
+
+def dlq_message(job_id: str, timeout: float = 60.0):
+    """The jobs.dlq message of ``job_id``: (headers, value), read from the start of the
+    topic by a consumer of its own (direct to the brokers, not through Toxiproxy)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": KAFKA_DIRECT_BOOTSTRAP,
+            "group.id": f"test-dlq-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe(["jobs.dlq"])
+    try:
+        found = wait_for(
+            lambda: (
+                (m := consumer.poll(1.0)) is not None
+                and m.error() is None
+                and dict(m.headers() or []).get("job_id", b"").decode() == job_id
+                and m
+            ),
+            timeout,
+            f"DLQ message for {job_id}",
+            interval=0,
+        )
+        return dict((k, v.decode()) for k, v in found.headers()), json.loads(found.value())
+    finally:
+        consumer.close()

@@ -8,9 +8,9 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from chaos import demo_fence
 from chaos.promql import total
 from tests.integration.conftest import wait_for, wait_status
+from tools import demo_fence
 
 WORKERS = {"worker-1": 9101, "worker-2": 9103}
 

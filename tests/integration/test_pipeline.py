@@ -12,10 +12,16 @@ import uuid
 import httpx
 import pytest
 import trio
-from confluent_kafka import Consumer
 
 from leasework.client import ApiError
-from tests.integration.conftest import API_URL, insert_unchecked, readyz, wait_for, wait_status
+from tests.integration.conftest import (
+    API_URL,
+    dlq_message,
+    insert_unchecked,
+    readyz,
+    wait_for,
+    wait_status,
+)
 
 
 def test_submit_later_is_scheduled_without_outbox_row_then_runs_after_its_due_time(client, db):
@@ -102,38 +108,11 @@ def test_failing_job_retries_to_success(client, db):
     assert outcomes == ["failed", "failed", "succeeded"]
 
 
-def _dlq_message(job_id: str, timeout: float = 60.0):
-    consumer = Consumer(
-        {
-            "bootstrap.servers": "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092",
-            "group.id": f"test-dlq-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe(["jobs.dlq"])
-    try:
-        found = wait_for(
-            lambda: (
-                (m := consumer.poll(1.0)) is not None
-                and m.error() is None
-                and dict(m.headers() or []).get("job_id", b"").decode() == job_id
-                and m
-            ),
-            timeout,
-            f"DLQ message for {job_id}",
-            interval=0,
-        )
-        return dict((k, v.decode()) for k, v in found.headers()), json.loads(found.value())
-    finally:
-        consumer.close()
-
-
 def test_job_failing_every_attempt_is_dead_with_a_dlq_message(client):
     job = client.submit("fail", {"times": 10}, max_attempts=2)
     dead = wait_status(client, job["id"], {"dead"}, timeout=90)
     assert dead["attempt"] == 2 and "failing on purpose" in dead["last_error"]
-    headers, value = _dlq_message(job["id"])
+    headers, value = dlq_message(job["id"])
     assert headers["type"] == "fail" and headers["attempts"] == "2"
     assert "failing on purpose" in headers["last_error"]
     assert value["job_id"] == job["id"]

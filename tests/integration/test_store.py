@@ -125,8 +125,8 @@ def test_the_reaper_requeues_expired_leases_with_backoff_and_kills_the_last_atte
     )
     live = running(conn, sql_lease_expires_at="now() + interval '1 minute'")
     reaped = {
-        r["id"]: r["status"]
-        for r in store.jobs_reap_expired(
+        j.id: j.status
+        for j in store.jobs_reap_expired(
             conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="jobs.dlq"
         )
     }

@@ -1,0 +1,86 @@
+"""Every SQL statement leasework runs, as functions of a psycopg connection, by area:
+:mod:`.submit` (every door's insert), :mod:`.jobs` (read, list, cancel, retry),
+:mod:`.relay` (outbox, promoter, pruner), :mod:`.worker` (claim, heartbeat, fenced finish,
+reaper). Callers use ``store.name``; this module re-exports them.
+
+Functions are named noun first (``jobs_insert``, ``outbox_fetch``) and run inside the
+transaction their caller opened (:meth:`leasework.db.Database.run` opens one per call).
+Status changes are checked against :mod:`leasework.states` before they are written, and
+every WHERE clause that changes a status names the states it may come from. Inserting jobs
+goes through the SQL function ``leasework_jobs_insert`` (migration 0002), the same one the
+SQL door ``leasework_enqueue`` calls, so every door writes the same rows. Rows become
+:class:`leasework.job.Job` records here, at the boundary.
+"""
+
+from leasework.store.common import JOB_COLUMNS, Row, dlq_outbox_add
+from leasework.store.jobs import (
+    CancelOutcome,
+    CancelResult,
+    RetryOutcome,
+    RetryResult,
+    job_cancel,
+    job_get,
+    job_list,
+    job_retry,
+    jobs_retry_matching,
+)
+from leasework.store.relay import (
+    OutboxMessage,
+    jobs_promote_due,
+    jobs_prune,
+    outbox_fetch,
+    outbox_pending,
+    outbox_prune,
+    outbox_retire,
+)
+from leasework.store.submit import Inserted, job_types_register, jobs_insert, jobs_insert_async
+from leasework.store.worker import (
+    Completion,
+    Outcome,
+    effects_apply,
+    fence_max,
+    jobs_defer_many,
+    jobs_finish_many,
+    jobs_get_many,
+    jobs_heartbeat_many,
+    jobs_reap_expired,
+    jobs_start_many,
+    jobs_unfence_many,
+)
+
+__all__ = [
+    "JOB_COLUMNS",
+    "CancelOutcome",
+    "CancelResult",
+    "Completion",
+    "Inserted",
+    "Outcome",
+    "OutboxMessage",
+    "RetryOutcome",
+    "RetryResult",
+    "Row",
+    "dlq_outbox_add",
+    "effects_apply",
+    "fence_max",
+    "job_cancel",
+    "job_get",
+    "job_list",
+    "job_retry",
+    "job_types_register",
+    "jobs_defer_many",
+    "jobs_finish_many",
+    "jobs_get_many",
+    "jobs_heartbeat_many",
+    "jobs_insert",
+    "jobs_insert_async",
+    "jobs_promote_due",
+    "jobs_prune",
+    "jobs_reap_expired",
+    "jobs_retry_matching",
+    "jobs_start_many",
+    "jobs_unfence_many",
+    "outbox_fetch",
+    "outbox_pending",
+    "outbox_prune",
+    "outbox_retire",
+]

@@ -1,0 +1,344 @@
+"""The worker's and the reaper's statements: claim, stamp, heartbeat, fenced finish,
+deferral, reaping. Every statement takes a whole batch; every row keeps its own fence."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from leasework.backoff import retry_or_dead
+from leasework.context import Effect
+from leasework.db import savepoint
+from leasework.job import Job
+from leasework.states import Status, transition
+from leasework.store.common import JOB_COLUMNS, Row, dlq_outbox_add
+
+
+def jobs_get_many(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list[Job]:
+    """The jobs of a batch of messages, in one query (missing ids are simply absent)."""
+    if not job_ids:
+        return []
+    rows = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY(%s::uuid[])", (job_ids,)
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+def jobs_start_many(
+    conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]], *, worker: str, ttl: float
+) -> list[Job]:
+    """Stamp a batch of queued jobs ``running``, each under its own fence, and open their
+    attempt rows, in one statement. Each row keeps its own condition: still ``queued`` and a
+    fence above the stored one (Postgres guards monotonicity even if Redis hands out an old
+    token). Returns the jobs stamped; the others were not ``queued`` or had a stale token."""
+    if not claims:
+        return []
+    rows = conn.execute(
+        f"""WITH claim AS (
+                SELECT * FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS c(id, fence)),
+            started AS (
+                UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
+                       fence = claim.fence, lease_owner = %(worker)s,
+                       lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                       started_at = now(), updated_at = now()
+                FROM claim
+                WHERE jobs.id = claim.id AND jobs.status = 'queued' AND jobs.fence < claim.fence
+                RETURNING jobs.*),
+            opened AS (
+                INSERT INTO attempts (job_id, attempt, worker, fence)
+                SELECT id, attempt, %(worker)s, fence FROM started)
+            SELECT {JOB_COLUMNS} FROM started""",
+        {
+            "ids": [c[0] for c in claims],
+            "fences": [c[1] for c in claims],
+            "worker": worker,
+            "ttl": ttl,
+        },
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+def jobs_heartbeat_many(
+    conn: psycopg.Connection, leases: list[tuple[uuid.UUID, int]], ttl: float
+) -> dict[uuid.UUID, bool]:
+    """Extend the Postgres view of a batch of leases in one statement. Returns, for each job
+    still running under its fence, whether a cancel was requested; a job absent from the
+    answer has lost its lease (a newer claim, the reaper)."""
+    if not leases:
+        return {}
+    rows = conn.execute(
+        """UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(ttl)s)
+           FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS h(id, fence)
+           WHERE jobs.id = h.id AND jobs.fence = h.fence AND jobs.status = 'running'
+           RETURNING jobs.id, jobs.cancel_requested""",
+        {
+            "ids": [lease[0] for lease in leases],
+            "fences": [lease[1] for lease in leases],
+            "ttl": ttl,
+        },
+    ).fetchall()
+    return {r["id"]: bool(r["cancel_requested"]) for r in rows}
+
+
+def jobs_defer_many(
+    conn: psycopg.Connection, job_ids: list[uuid.UUID], *, base: float, cap: float, reason: str
+) -> list[Job]:
+    """Queued jobs whose type this worker does not know (a rolling deploy) wait for a later
+    ``run_at``: no lease, no attempt spent. The wait doubles with every deferral, from
+    ``base`` up to ``cap`` (half fixed, half random). Jobs no longer queued are left alone."""
+    if not job_ids:
+        return []
+    transition(Status.QUEUED, Status.SCHEDULED)
+    rows = conn.execute(
+        f"""UPDATE jobs SET status = 'scheduled', deferrals = deferrals + 1,
+                   run_at = now() + make_interval(secs =>
+                       least(%(cap)s, %(base)s * power(2, least(deferrals, 30)))
+                       * (0.5 + random() / 2)),
+                   last_error = %(reason)s, updated_at = now()
+            WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued'
+            RETURNING {JOB_COLUMNS}""",
+        {"ids": job_ids, "base": base, "cap": cap, "reason": reason},
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One attempt's outcome waiting for its fenced write: the job under ``fence``, what
+    became of it, the handler's effects (applied only if the job succeeded and the fence
+    holds), and what the outcome becomes if one of those effects raises."""
+
+    job_id: uuid.UUID
+    fence: int
+    outcome: Outcome
+    effects: tuple[Effect, ...] = ()
+    effect_failed: Callable[[Exception], Outcome] | None = None
+
+
+FINISH_MANY = """
+WITH done AS (
+    SELECT * FROM jsonb_to_recordset(%(done)s)
+        AS d(id uuid, fence bigint, status text, error text, retry float8, result jsonb)),
+finished AS (
+    UPDATE jobs SET status = done.status, last_error = done.error, result = done.result,
+           run_at = CASE WHEN done.retry IS NULL THEN jobs.run_at
+                         ELSE now() + make_interval(secs => done.retry) END,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+           finished_at = CASE WHEN done.status IN ('succeeded', 'dead', 'cancelled')
+                              THEN now() END
+    FROM done
+    WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.status = 'running'
+    RETURNING jobs.id, jobs.fence, jobs.type, jobs.status, jobs.attempt, jobs.last_error,
+              jobs.payload),
+closed AS (
+    UPDATE attempts SET finished_at = now(), outcome = finished.status,
+           error = finished.last_error
+    FROM finished WHERE attempts.job_id = finished.id AND attempts.fence = finished.fence),
+dead AS (
+    INSERT INTO outbox (job_id, topic, key, value, headers)
+    SELECT id, %(dlq)s, id::text,
+           jsonb_build_object('job_id', id::text, 'type', type, 'payload', payload),
+           jsonb_build_object('job_id', id::text, 'type', type, 'attempts', attempt::text,
+                              'last_error', left(coalesce(last_error, ''), 1000))
+    FROM finished WHERE status = 'dead')
+SELECT id, status FROM finished
+"""
+
+
+def _held(conn: psycopg.Connection, completions: list[Completion]) -> set[uuid.UUID]:
+    """Lock the rows whose fence still holds: their effects may run, and no one can take the
+    job from under them before this transaction ends."""
+    rows = conn.execute(
+        """SELECT jobs.id FROM jobs
+           JOIN unnest(%s::uuid[], %s::bigint[]) AS c(id, fence)
+             ON jobs.id = c.id AND jobs.fence = c.fence
+           WHERE jobs.status = 'running'
+           ORDER BY jobs.id FOR UPDATE OF jobs""",
+        ([c.job_id for c in completions], [c.fence for c in completions]),
+    ).fetchall()
+    return {r["id"] for r in rows}
+
+
+def _apply_effects(conn: psycopg.Connection, jobs: list[Completion]) -> dict[uuid.UUID, Exception]:
+    """Run the effects of ``jobs`` (their rows locked, their fences holding); returns the
+    failure of each job whose effects raised, with its effects undone. All run first in one
+    savepoint (two round trips for the batch); only if one raises are they run again, one
+    savepoint per job, so the failing job is found and the others keep theirs."""
+    everything = [effect for c in jobs for effect in c.effects]
+    if effects_apply(conn, everything) is None:
+        return {}
+    failures = {}
+    for c in jobs:
+        failure = effects_apply(conn, list(c.effects))
+        if failure is not None:
+            failures[c.job_id] = failure
+    return failures
+
+
+def _ours_already(
+    conn: psycopg.Connection, completions: list[Completion]
+) -> dict[uuid.UUID, Status]:
+    """Outcomes of ``completions`` that an earlier try of this same write committed (its
+    answer was lost): the attempt under that very fence is closed with an outcome other than
+    the reaper's. Only the worker holding the fence writes one, so it is ours."""
+    rows = conn.execute(
+        """SELECT attempts.job_id, attempts.outcome FROM attempts
+           JOIN unnest(%s::uuid[], %s::bigint[]) AS c(id, fence)
+             ON attempts.job_id = c.id AND attempts.fence = c.fence
+           WHERE attempts.outcome IS NOT NULL AND attempts.outcome <> 'lease_expired'""",
+        ([c.job_id for c in completions], [c.fence for c in completions]),
+    ).fetchall()
+    return {r["job_id"]: Status(r["outcome"]) for r in rows}
+
+
+def jobs_finish_many(
+    conn: psycopg.Connection,
+    completions: list[Completion],
+    *,
+    dlq_topic: str,
+    retrying: bool = False,
+) -> dict[uuid.UUID, Status]:
+    """The fenced terminal write of a batch: each job's outcome, attempt row and effects, only
+    where its own fence still holds, in one transaction. Returns the status written per job;
+    a job absent from the answer was rejected by the fence (a newer claim holds it) and none
+    of its effects ran. An effect that raises is undone and turns that job's outcome into
+    ``effect_failed(exc)``; the other jobs of the batch are not touched. ``retrying``: an
+    earlier try may have committed without its answer arriving; rows it wrote are reported
+    as written, not as rejected."""
+    outcomes = {c.job_id: c.outcome for c in completions}
+    for outcome in outcomes.values():
+        transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
+    with_effects = [c for c in completions if c.effects and c.outcome.status == Status.SUCCEEDED]
+    if with_effects:
+        held = _held(conn, with_effects)
+        failures = _apply_effects(conn, [c for c in with_effects if c.job_id in held])
+        for c in with_effects:
+            if (failure := failures.get(c.job_id)) is None:
+                continue
+            message = f"a fenced effect raised {type(failure).__name__}: {failure}"[:2000]
+            outcome = (
+                c.effect_failed(failure)
+                if c.effect_failed is not None
+                else Outcome(Status.FAILED, message, retry_in=0.0)
+            )
+            transition(Status.RUNNING, outcome.status)
+            outcomes[c.job_id] = outcome
+    done = [
+        {
+            "id": str(c.job_id),
+            "fence": c.fence,
+            "status": str(outcomes[c.job_id].status),
+            "error": outcomes[c.job_id].error,
+            "retry": outcomes[c.job_id].retry_in,
+            "result": outcomes[c.job_id].result,
+        }
+        for c in completions
+    ]
+    rows = conn.execute(FINISH_MANY, {"done": Jsonb(done), "dlq": dlq_topic}).fetchall()
+    written = {r["id"]: Status(r["status"]) for r in rows}
+    if retrying and len(written) < len(completions):
+        missing = [c for c in completions if c.job_id not in written]
+        written.update(_ours_already(conn, missing))
+    return written
+
+
+def jobs_unfence_many(conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]]) -> None:
+    """UNSAFE, for the plain-TTL demonstration only: put each job back to ``running`` under
+    the given fence whatever happened meanwhile, so the fenced write that follows matches."""
+    conn.execute(
+        """UPDATE jobs SET status = 'running', fence = c.fence
+           FROM unnest(%s::uuid[], %s::bigint[]) AS c(id, fence) WHERE jobs.id = c.id""",
+        ([c[0] for c in claims], [c[1] for c in claims]),
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: Status  # succeeded, failed (retry later), dead or cancelled
+    error: str | None = None
+    retry_in: float | None = None  # seconds, for failed
+    result: Any = None  # JSON, for succeeded
+
+
+def _leave_running(
+    conn: psycopg.Connection, job_id: uuid.UUID, fence: int, outcome: Outcome
+) -> Row | None:
+    """Move a job out of ``running`` under ``fence``: its outcome, its retry time, the lease
+    cleared. None when the job is no longer running under that fence (a newer claim)."""
+    return conn.execute(
+        f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s, result = %(result)s,
+                   run_at = CASE WHEN %(retry)s::float8 IS NULL THEN run_at
+                                 ELSE now() + make_interval(secs => %(retry)s::float8) END,
+                   lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+                   finished_at = CASE WHEN %(status)s IN ('succeeded', 'dead', 'cancelled')
+                                      THEN now() END
+            WHERE id = %(id)s AND fence = %(fence)s AND status = 'running'
+            RETURNING {JOB_COLUMNS}""",
+        {
+            "status": str(outcome.status),
+            "error": outcome.error,
+            "result": None if outcome.result is None else Jsonb(outcome.result),
+            "retry": outcome.retry_in,
+            "id": job_id,
+            "fence": fence,
+        },
+    ).fetchone()
+
+
+def effects_apply(conn: psycopg.Connection, effects: list[Effect]) -> Exception | None:
+    """Run a handler's fenced effects in a savepoint of the open transaction. An effect that
+    raises (a bug, a constraint of the user's table) is undone with the others and returned:
+    the attempt failed, nothing of it commits. A lost connection propagates (retry the write)."""
+    try:
+        with savepoint(conn, "leasework_effects"):
+            for effect in effects:
+                effect(conn)
+    except Exception as exc:  # the user's code: any failure is the attempt's
+        if conn.broken or isinstance(exc, psycopg.InterfaceError):
+            raise
+        return exc
+    return None
+
+
+def fence_max(conn: psycopg.Connection) -> int:
+    """The largest fence Postgres has stored: the floor for re-seeding the Redis counter."""
+    return int(conn.execute("SELECT coalesce(max(fence), 0) AS f FROM jobs").fetchone()["f"])
+
+
+def jobs_reap_expired(
+    conn: psycopg.Connection, limit: int, *, retry_base: float, retry_cap: float, dlq_topic: str
+) -> list[Job]:
+    """Running jobs whose lease expired go back to waiting: ``failed`` with a backoff delay
+    (the job's own backoff, else ``retry_base``/``retry_cap``), or ``dead`` after their last
+    attempt. The fence is left as it is, so the lost worker's terminal write (conditioned on
+    ``status = 'running'`` and its fence) matches nothing."""
+    rows = conn.execute(
+        f"""SELECT {JOB_COLUMNS} FROM jobs
+            WHERE status = 'running' AND lease_expires_at < now()
+            ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED""",
+        (limit,),
+    ).fetchall()
+    reaped = []
+    for job in (Job.from_row(r) for r in rows):
+        error = f"lease of {job.lease_owner} expired (fence {job.fence})"
+        decision = retry_or_dead(
+            job.attempt, job.max_attempts, job.retry_base or retry_base, job.retry_cap or retry_cap
+        )
+        transition(job.status, decision.status)
+        conn.execute(
+            """UPDATE attempts SET finished_at = now(), outcome = 'lease_expired', error = %s
+               WHERE job_id = %s AND fence = %s AND finished_at IS NULL""",
+            (error, job.id, job.fence),
+        )
+        # the row is locked, running under this fence: the update cannot miss
+        outcome = Outcome(decision.status, error, decision.delay)
+        updated = _leave_running(conn, job.id, job.fence, outcome)
+        if decision.status == Status.DEAD:
+            dlq_outbox_add(conn, job.id, dlq_topic)
+        reaped.append(Job.from_row(updated))
+    return reaped
