@@ -222,11 +222,37 @@ class Stack:
         timeout: float | None = None,
     ) -> int:
         """Start one service (no-op if it runs and no ``extra_env`` is given); by default
-        wait until ready. Returns its pid."""
+        wait until ready. Returns its pid.
+
+        A Kafka node whose quorum peers are all down starts them with it: a lone KRaft node
+        cannot reach a quorum of voters, gives up and exits, so starting the nodes one at a
+        time after all three died would never recover."""
+        peers = self._quorum_peers_down(name)
+        if peers:
+            log.info(
+                "%s: its quorum peers %s are down too; starting them with it (a lone KRaft "
+                "node cannot form a quorum)",
+                name,
+                ", ".join(peers),
+            )
+            launched = {
+                n: self._launch(n, extra_env if n == name else None) for n in (name, *peers)
+            }
+            if wait:
+                for node, (_pid, fresh) in launched.items():
+                    self._settle(node, fresh, timeout)
+            return launched[name][0]
         pid, fresh = self._launch(name, extra_env)
         if wait:
             self._settle(name, fresh, timeout)
         return pid
+
+    def _quorum_peers_down(self, name: str) -> list[str]:
+        """The other Kafka nodes, when ``name`` is one and none of them runs (no quorum)."""
+        if name not in KAFKA_NAMES or self.is_running(name):
+            return []
+        others = [n for n in KAFKA_NAMES if n != name]
+        return [] if any(self.is_running(n) for n in others) else others
 
     def restart(
         self, name: str, extra_env: Mapping[str, str] | None = None, timeout: float = 20.0

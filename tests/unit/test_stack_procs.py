@@ -218,3 +218,9 @@ def test_untraversable_parent() -> None:
         assert untraversable_parent(closed, other) == closed
     finally:
         shutil.rmtree(root)
+
+
+def test_starting_one_kafka_node_with_no_peer_running_starts_its_quorum(tmp_path: Path) -> None:
+    stack = Stack(Layout(tmp_path, tmp_path, tmp_path))
+    assert stack._quorum_peers_down("kafka-1") == ["kafka-2", "kafka-3"]
+    assert stack._quorum_peers_down("redis") == []
