@@ -9,6 +9,7 @@ its own target and params (:meth:`chaos.nemeses.base.Fault.random_target`,
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from chaos import nemeses
 from chaos.history import submit_value
 from chaos.nemeses.base import PROCESSES, PROXIES
-from chaos.scenario import SHOP_KINDS, FaultSpec, WorkloadSpec
+from chaos.scenario import SHOP_KINDS, FaultSpec, RandomFaults, WorkloadSpec
 
 # the shop's policy for send_receipt (examples/shop/jobs.py); its endpoint takes no options
 RECEIPT_JOB_TYPE = "send_receipt"
@@ -64,6 +65,12 @@ def random_schedule(
         schedule.append(FaultSpec(at, length, fault.name, target, fault.random_params(rng)))
         at = round(at + length + rng.uniform(min_gap, max_gap), 1)
     return tuple(schedule)
+
+
+def random_faults(spec: RandomFaults, duration: float) -> tuple[FaultSpec, ...]:
+    """A scenario's ``[random_faults]`` over a workload of ``duration`` seconds."""
+    options = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    return random_schedule(options.pop("seed"), duration, **options)
 
 
 # ---------------------------------------------------------------- the workload's plan

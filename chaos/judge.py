@@ -74,6 +74,10 @@ class Judgement:
         return {"passed": self.passed, "problems": list(self.problems)}
 
 
+def _label(fault: str, target: str | None) -> str:
+    return f"{fault} {target}" if target else fault
+
+
 # ---------------------------------------------------------------- the expectations
 
 # findings that expectations bound by count, instead of failing on sight
@@ -116,7 +120,7 @@ def recovery_bound(e: Evidence) -> Iterator[Finding]:
     if bound is None:
         return
     for r in e.verdict.recovery:
-        label = f"{r.fault} {r.target}" if r.target else r.fault
+        label = _label(r.fault, r.target)
         if r.seconds is None:
             yield Finding(
                 "recovery",
@@ -219,7 +223,7 @@ def drain_bound(e: Evidence) -> Iterator[Finding]:
     if bound is None:
         return
     for drain in e.drains:
-        label = f"{drain.fault} {drain.target}" if drain.target else drain.fault
+        label = _label(drain.fault, drain.target)
         if drain.seconds is not None and drain.seconds > bound:
             yield Finding(
                 "drain",

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import nemeses
-from chaos.generator import random_schedule
+from chaos.generator import random_faults
 from chaos.nemeses.base import WAIT_GAUGES, Fault, WaitFor
 from chaos.scenario import (
     MIX_KINDS,
@@ -356,19 +356,7 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
     random_table = top.table("random_faults")
     random_spec = _random_faults(random_table) if random_table is not None else None
     if random_spec is not None:
-        faults.extend(
-            random_schedule(
-                random_spec.seed,
-                workload.duration,
-                faults=random_spec.faults,
-                min_duration=random_spec.min_duration,
-                max_duration=random_spec.max_duration,
-                min_gap=random_spec.min_gap,
-                max_gap=random_spec.max_gap,
-                start=random_spec.start,
-                tail=random_spec.tail,
-            )
-        )
+        faults.extend(random_faults(random_spec, workload.duration))
 
     expect = _expectations(top.table("expect"))
     if expect.expect_doubled and fencing:

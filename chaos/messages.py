@@ -9,7 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
@@ -101,11 +101,7 @@ class MessageView:
     jobs_with_duplicates: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "messages": self.messages,
-            "duplicate_messages": self.duplicate_messages,
-            "jobs_with_duplicates": self.jobs_with_duplicates,
-        }
+        return asdict(self)
 
 
 def message_view(messages: Iterable[Mapping[str, Any]], job_ids: Iterable[str]) -> MessageView:

@@ -14,7 +14,7 @@ sent against calls made shows the job's idempotency key at work.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
@@ -79,15 +79,7 @@ class ShopView:
     emails_called_again: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "orders": self.orders,
-            "receipts_recorded": self.receipts_recorded,
-            "orders_without_receipt": self.orders_without_receipt,
-            "orders_doubled": self.orders_doubled,
-            "emails": self.emails,
-            "mail_calls": self.mail_calls,
-            "emails_called_again": self.emails_called_again,
-        }
+        return asdict(self)
 
 
 def shop_view(orders: Iterable[Mapping[str, Any]], mail: Iterable[Mapping[str, Any]]) -> ShopView:

@@ -30,7 +30,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -340,16 +340,7 @@ class ClientView:
     failed_then_replayed: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "keys": self.keys,
-            "unknown_keys": self.unknown_keys,
-            "unknown_landed": self.unknown_landed,
-            "unknown_replayed": self.unknown_replayed,
-            "unknown_not_landed": self.unknown_not_landed,
-            "retried_keys": self.retried_keys,
-            "jobs_per_key_max": self.jobs_per_key_max,
-            "failed_then_replayed": list(self.failed_then_replayed),
-        }
+        return dict(asdict(self), failed_then_replayed=list(self.failed_then_replayed))
 
 
 def client_view(history: Sequence[Op], jobs: Iterable[Mapping[str, Any]]) -> ClientView:
@@ -413,13 +404,7 @@ class Drain:
     seconds: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "fault": self.fault,
-            "target": self.target,
-            "stopped": self.stopped,
-            "jobs": self.jobs,
-            "seconds": self.seconds,
-        }
+        return asdict(self)
 
 
 def backlog_drain(

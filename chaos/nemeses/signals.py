@@ -49,12 +49,24 @@ class ProcessFault(Fault):
     def default_wait(self, target: str | None) -> WaitFor | None:
         return MID_JOB_WAIT if target in WORKERS else None
 
+    async def start(self, hands: Hands, injection: Injection) -> None:
+        assert injection.target is not None
+        await hands.bank(injection)  # what a signal would lose, just before it
+        await self.signal(hands, injection.target)
+
+    async def signal(self, hands: Hands, target: str) -> None:
+        raise NotImplementedError
+
+    async def heal(self, hands: Hands, injection: Injection) -> None:
+        """The process was stopped: start it again with the run's environment."""
+        assert injection.target is not None
+        await hands.restart(injection.target)
+
 
 @dataclass(frozen=True)
 class Sigstop(ProcessFault):
-    async def start(self, hands: Hands, injection: Injection) -> None:
-        await hands.bank(injection)
-        await hands.calls(hands.stack.pause, injection.target)
+    async def signal(self, hands: Hands, target: str) -> None:
+        await hands.calls(hands.stack.pause, target)
 
     async def heal(self, hands: Hands, injection: Injection) -> None:
         if await hands.calls(hands.stack.is_running, injection.target):
@@ -63,24 +75,14 @@ class Sigstop(ProcessFault):
 
 @dataclass(frozen=True)
 class Sigkill(ProcessFault):
-    async def start(self, hands: Hands, injection: Injection) -> None:
-        await hands.bank(injection)
-        await hands.calls(hands.stack.kill, injection.target, signal.SIGKILL)
-
-    async def heal(self, hands: Hands, injection: Injection) -> None:
-        assert injection.target is not None
-        await hands.restart(injection.target)
+    async def signal(self, hands: Hands, target: str) -> None:
+        await hands.calls(hands.stack.kill, target, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
 class Restart(ProcessFault):
-    async def start(self, hands: Hands, injection: Injection) -> None:
-        await hands.bank(injection)
-        await hands.calls(hands.stack.stop, injection.target)
-
-    async def heal(self, hands: Hands, injection: Injection) -> None:
-        assert injection.target is not None
-        await hands.restart(injection.target)
+    async def signal(self, hands: Hands, target: str) -> None:
+        await hands.calls(hands.stack.stop, target)
 
 
 FAULTS: tuple[Fault, ...] = (
