@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import httpx
 import trio
 
+from chaos.poll import poll
 from devstack.layout import PROMETHEUS_URL
 
 if TYPE_CHECKING:
@@ -60,13 +61,12 @@ def wait_for_alerts(
 ) -> dict[str, float]:
     """Poll until every alert in ``names`` has fired since ``start`` (or ``timeout`` passes);
     returns what fired."""
-    deadline = time.time() + timeout
-    fired: dict[str, float] = {}
-    while True:
-        fired = fired_between(start, time.time(), url=url)
-        if names <= fired.keys() or time.time() > deadline:
-            return fired
-        time.sleep(2.0)
+    return poll(
+        lambda: fired_between(start, time.time(), url=url),
+        lambda fired: names <= fired.keys(),
+        patience=timeout,
+        interval=2.0,
+    ).value
 
 
 def firing_now(*, url: str = PROMETHEUS_URL) -> set[str]:

@@ -13,6 +13,7 @@ import psycopg
 import trio
 
 from chaos.metrics import MetricsSampler
+from chaos.poll import apoll
 from chaos.tables import pending_jobs
 
 QUIET_POLL = 1.0
@@ -38,20 +39,27 @@ async def wait_quiet(
 ) -> Quiet:
     """Until every job of the run is terminal and no worker runs a job, seen twice in a
     row; or ``patience`` seconds."""
-    started = trio.current_time()
-    stable = 0
-    pending: dict[str, int] = {}
-    in_flight = 0.0
-    while True:
+
+    async def look() -> tuple[dict[str, int], float]:
+        """The run's jobs not terminal yet, by status, and the jobs the workers run."""
         try:
             pending = await trio.to_thread.run_sync(pending_jobs, prefix)
         except psycopg.Error as exc:
             pending = {f"unreadable: {exc}"[:80]: 1}
         in_flight, _silent = await sampler.in_flight()
-        stable = stable + 1 if not pending and in_flight == 0 else 0
-        waited = trio.current_time() - started
-        if stable >= 2:
-            return Quiet(True, recorder_now(), round(waited, 3), {}, 0.0)
-        if waited >= patience:
-            return Quiet(False, recorder_now(), round(waited, 3), pending, in_flight)
-        await trio.sleep(QUIET_POLL)
+        return pending, in_flight
+
+    quiet_in_a_row = 0
+
+    def twice_quiet(seen: tuple[dict[str, int], float]) -> bool:
+        nonlocal quiet_in_a_row
+        pending, in_flight = seen
+        quiet_in_a_row = quiet_in_a_row + 1 if not pending and in_flight == 0 else 0
+        return quiet_in_a_row >= 2
+
+    polled = await apoll(look, twice_quiet, patience=patience, interval=QUIET_POLL)
+    waited = round(polled.waited, 3)
+    if polled.met:
+        return Quiet(True, recorder_now(), waited, {}, 0.0)
+    pending, in_flight = polled.value
+    return Quiet(False, recorder_now(), waited, pending, in_flight)

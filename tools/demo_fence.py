@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 import psycopg
 from psycopg.rows import dict_row
 
+from chaos.poll import poll
 from chaos.promql import total
 from devstack import Stack
 from leasework.client import Client
@@ -47,13 +48,10 @@ class DemoResult:
 
 
 def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"demo-fence: timed out after {timeout:g}s waiting for {what}")
+    polled = poll(predicate, patience=timeout, interval=0.2)
+    if not polled.met:
+        raise TimeoutError(f"demo-fence: timed out after {timeout:g}s waiting for {what}")
+    return polled.value
 
 
 def _start_workers(stack: Stack, names: list[str], env: dict[str, str]) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 
 import psycopg
 
+from chaos.poll import poll
 from devstack import Stack
 from devstack.errors import StackError
 from devstack.layout import (
@@ -174,21 +175,25 @@ class Bench:
     # --- waiting -------------------------------------------------------------------------
     def wait_done(self, tag: str, jobs: int, since: float, timeout: float | None = None) -> None:
         timeout = self.cfg.row_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            counts = doors.progress(self.db, tag, since)
-            if counts.get("succeeded", 0) >= jobs:
-                return
-            bad = {s: n for s, n in counts.items() if s in ("dead", "cancelled")}
-            if bad or time.monotonic() > deadline:
-                seen = ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "none"
-                why = "some ended" if bad else f"not all succeeded within {timeout:.0f} s"
-                raise BenchError(
-                    f"{tag}: {why} ({counts.get('succeeded', 0)}/{jobs} succeeded; by status: "
-                    f"{seen}); are relay and workers running? `just logs worker-1`, "
-                    "`just logs relay`"
-                )
-            time.sleep(POLL)
+
+        def ended(counts: dict[str, int]) -> dict[str, int]:
+            return {s: n for s, n in counts.items() if s in ("dead", "cancelled")}
+
+        counts = poll(
+            lambda: doors.progress(self.db, tag, since),
+            lambda counts: counts.get("succeeded", 0) >= jobs or ended(counts),
+            patience=timeout,
+            interval=POLL,
+        ).value
+        if counts.get("succeeded", 0) >= jobs:
+            return
+        seen = ", ".join(f"{s} {n}" for s, n in sorted(counts.items())) or "none"
+        why = "some ended" if ended(counts) else f"not all succeeded within {timeout:.0f} s"
+        raise BenchError(
+            f"{tag}: {why} ({counts.get('succeeded', 0)}/{jobs} succeeded; by status: "
+            f"{seen}); are relay and workers running? `just logs worker-1`, "
+            "`just logs relay`"
+        )
 
     def last_finished(self, tag: str, since: float) -> float:
         finished, _ = doors.timings(self.db, tag, since)
@@ -276,12 +281,15 @@ class Bench:
         return result
 
     def _wait_floor(self, tag: str, jobs: int) -> None:
-        deadline = time.monotonic() + self.cfg.row_timeout
-        while floor.progress(self.db, tag)[0] < jobs:
-            if time.monotonic() > deadline:
-                done, other = floor.progress(self.db, tag)
-                raise BenchError(f"{tag}: {done}/{jobs} floor jobs done ({other} not) in time")
-            time.sleep(POLL)
+        polled = poll(
+            lambda: floor.progress(self.db, tag),
+            lambda progress: progress[0] >= jobs,
+            patience=self.cfg.row_timeout,
+            interval=POLL,
+        )
+        if not polled.met:
+            done, other = polled.value
+            raise BenchError(f"{tag}: {done}/{jobs} floor jobs done ({other} not) in time")
 
     def _row(self, name, door, links, jobs, sub, finished, saturated, measured) -> dict[str, Any]:
         end = max(finished)
