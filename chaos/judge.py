@@ -78,6 +78,11 @@ def _label(fault: str, target: str | None) -> str:
     return f"{fault} {target}" if target else fault
 
 
+def _too_slow(kind: str, text: str, bound: float) -> Finding:
+    """A recovery measured past the scenario's ``recovery_seconds``: invalid."""
+    return Finding(kind, False, f"{text}; bound {bound:g}s")
+
+
 # ---------------------------------------------------------------- the expectations
 
 # findings that expectations bound by count, instead of failing on sight
@@ -129,12 +134,8 @@ def recovery_bound(e: Evidence) -> Iterator[Finding]:
                 "healed, recovery not measured",
             )
         elif r.seconds > bound:
-            yield Finding(
-                "recovery",
-                False,
-                f"{label}: recovered {r.seconds:.1f}s after healing at "
-                f"t={r.stopped:.1f}s; bound {bound:g}s",
-            )
+            text = f"{label}: recovered {r.seconds:.1f}s after healing at t={r.stopped:.1f}s"
+            yield _too_slow("recovery", text, bound)
 
 
 def alerts_fired(e: Evidence) -> Iterator[Finding]:
@@ -225,12 +226,11 @@ def drain_bound(e: Evidence) -> Iterator[Finding]:
     for drain in e.drains:
         label = _label(drain.fault, drain.target)
         if drain.seconds is not None and drain.seconds > bound:
-            yield Finding(
-                "drain",
-                False,
+            text = (
                 f"drain: the backlog of {label} (healed at t={drain.stopped:.1f}s) "
-                f"took {drain.seconds:.1f}s to finish; bound {bound:g}s",
+                f"took {drain.seconds:.1f}s to finish"
             )
+            yield _too_slow("drain", text, bound)
 
 
 def redeliveries(e: Evidence) -> Iterator[Finding]:
