@@ -61,36 +61,11 @@ def _run() -> tuple[Scenario, list[Op], Verdict]:
     for i in range(20):
         t = i * 0.5
         for fault in scenario.faults:
-            if fault.at == t:
-                add(
-                    t,
-                    "nemesis",
-                    "invoke",
-                    "nemesis",
-                    nemesis_value(fault.fault, "start", fault.target),
-                )
-                add(
-                    t,
-                    "nemesis",
-                    "info",
-                    "nemesis",
-                    nemesis_value(fault.fault, "start", fault.target),
-                )
-            if fault.stop == t:
-                add(
-                    t,
-                    "nemesis",
-                    "invoke",
-                    "nemesis",
-                    nemesis_value(fault.fault, "stop", fault.target),
-                )
-                add(
-                    t,
-                    "nemesis",
-                    "info",
-                    "nemesis",
-                    nemesis_value(fault.fault, "stop", fault.target),
-                )
+            for action, when in (("start", fault.at), ("stop", fault.stop)):
+                if when == t:
+                    value = nemesis_value(fault.fault, action, fault.target)
+                    add(t, "nemesis", "invoke", "nemesis", value)
+                    add(t, "nemesis", "info", "nemesis", value)
         key, job_type = f"k{i}", "ledger" if i % 2 else "noop"
         value = submit_value(key, job_type, {})
         add(t, i % 3, "invoke", "submit", value)
