@@ -66,7 +66,8 @@ def _colour(fault: str) -> str:
     return known.colour if known is not None else _UNKNOWN_FAULT_COLOUR
 
 
-def _nice_step(span: float, ticks: int) -> float:
+def nice_step(span: float, ticks: int) -> float:
+    """A round axis step (1, 2 or 5 times a power of ten) for about ``ticks`` ticks."""
     raw = span / max(1, ticks)
     magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
     for factor in (1, 2, 5, 10):
@@ -97,7 +98,7 @@ def render_svg(
     plot_h = height - 30 - 2 * row_h - 6 - bottom  # room for two rows of fault labels
     horizon = max(series.horizon, bucket)
     peak = max([1, *series.submitted, *series.finished])
-    y_step = _nice_step(peak, 5)
+    y_step = nice_step(peak, 5)
     y_max = math.ceil(peak / y_step) * y_step
 
     def x(t: float) -> float:
@@ -161,7 +162,7 @@ def render_svg(
     out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}"/>')
     out.append("</g>")
     out.append('<g class="ticks" fill="#444444">')
-    t_step = _nice_step(horizon, 10)
+    t_step = nice_step(horizon, 10)
     t = 0.0
     while t <= horizon + 1e-9:
         out.append(

@@ -14,7 +14,6 @@ Every job is the demo app's ``noop`` with payload ``{"bench": tag, "n": i}``.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import trio
 
 import leasework
 from leasework.client import AsyncClient
+from tools.bench.floor import run_lanes
 from tools.bench.http import Connection, HttpError
 
 DOORS = ("single", "batch", "enqueue")
@@ -144,39 +144,25 @@ def _enqueue(
     parts = chunks(jobs, door.chunk)
     lanes = min(door.concurrency, len(parts))
     conns = [psycopg.connect(dsn) for _ in range(lanes)]
-    errors: list[BaseException] = []
     ends: list[float] = []
     late = [0]
 
     def lane(k: int, conn: psycopg.Connection) -> None:
-        try:
-            for index in range(k, len(parts), lanes):
-                if due is not None:
-                    wait = due(index) - time.time()
-                    if wait > 0:
-                        time.sleep(wait)
-                    elif wait < -0.05:
-                        late[0] += 1
-                with conn.transaction():
-                    leasework.enqueue_many(
-                        conn, [leasework.job("noop", _payload(tag, i)) for i in parts[index]]
-                    )
-            ends.append(time.time())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(exc)
+        for index in range(k, len(parts), lanes):
+            if due is not None:
+                wait = due(index) - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+                elif wait < -0.05:
+                    late[0] += 1
+            with conn.transaction():
+                leasework.enqueue_many(
+                    conn, [leasework.job("noop", _payload(tag, i)) for i in parts[index]]
+                )
+        ends.append(time.time())
 
-    threads = [threading.Thread(target=lane, args=(k, c), daemon=True) for k, c in enumerate(conns)]
     first = time.time()
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for c in conns:
-            c.close()
-    if errors:
-        raise RuntimeError(f"enqueue_many failed: {errors[0]!r}") from errors[0]
+    run_lanes(lane, conns, "enqueue_many")
     return Submitted(first, max(ends, default=first), jobs, late[0])
 
 

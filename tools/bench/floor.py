@@ -46,6 +46,34 @@ INSERT = f"INSERT INTO {TABLE} (payload) VALUES (%s)"
 IDLE_SLEEP = 0.005
 
 
+def run_lanes(
+    lane: Callable[[int, psycopg.Connection], None], conns: list[psycopg.Connection], what: str
+) -> None:
+    """Run ``lane(k, conn)`` for each connection in a thread of its own, wait for all, close
+    the connections; the first error any lane raised is raised here, naming ``what``."""
+    errors: list[BaseException] = []
+
+    def guarded(k: int, conn: psycopg.Connection) -> None:
+        try:
+            lane(k, conn)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=guarded, args=(k, c), daemon=True) for k, c in enumerate(conns)
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for c in conns:
+            c.close()
+    if errors:
+        raise RuntimeError(f"{what} failed: {errors[0]!r}") from errors[0]
+
+
 def prepare(dsn: str) -> None:
     """Create the floor's table if missing and empty it (a fresh, unbloated table per run)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -131,33 +159,19 @@ def submit_threads(
     ``due`` (job index -> time.time() when to send it) it is paced: open loop, each job at its
     time or at once when late. Returns (first send, last commit) as time.time()."""
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(min(connections, jobs))]
-    errors: list[BaseException] = []
     ends: list[float] = []
     start = time.time()
 
     def run(k: int, conn: psycopg.Connection) -> None:
-        try:
-            for i in range(k, jobs, len(conns)):
-                if due is not None:
-                    wait = due(i) - time.time()
-                    if wait > 0:
-                        time.sleep(wait)
-                conn.execute(INSERT, (Jsonb({"bench": tag, "n": i}),))
-            ends.append(time.time())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(exc)
+        for i in range(k, jobs, len(conns)):
+            if due is not None:
+                wait = due(i) - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+            conn.execute(INSERT, (Jsonb({"bench": tag, "n": i}),))
+        ends.append(time.time())
 
-    threads = [threading.Thread(target=run, args=(k, c), daemon=True) for k, c in enumerate(conns)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for c in conns:
-            c.close()
-    if errors:
-        raise RuntimeError(f"floor submit failed: {errors[0]!r}") from errors[0]
+    run_lanes(run, conns, "floor submit")
     return start, max(ends, default=start)
 
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from chaos.timeline import nice_step
+
 # process columns, in the order the tables show them
 PROCESSES = (
     "api",
@@ -265,15 +267,6 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
 
 
 # --- svg --------------------------------------------------------------------------------------
-def nice_step(span: float, ticks: int) -> float:
-    raw = span / max(1, ticks)
-    magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    for factor in (1, 2, 5, 10):
-        if raw <= factor * magnitude:
-            return factor * magnitude
-    return 10 * magnitude
-
-
 def render_svg(
     series: Mapping[str, Sequence[int]],
     *,
