@@ -49,6 +49,7 @@ from chaos.history import (
 )
 from leasework.client import submit_body
 from leasework.states import Status
+from leasework.tokens import auth_headers, default_token
 
 # 5xx problem types whose contract says nothing was written
 NOTHING_WRITTEN_PROBLEMS = frozenset({"database-unavailable"})
@@ -217,7 +218,11 @@ class WorkloadClient:
         )
         timeout = httpx.Timeout(self.submit_timeout)
         async with httpx.AsyncClient(
-            base_url=self.base_url, timeout=timeout, limits=limits, transport=self.transport
+            base_url=self.base_url,
+            timeout=timeout,
+            limits=limits,
+            transport=self.transport,
+            headers=auth_headers(default_token()),
         ) as http:
             send, receive = trio.open_memory_channel[PlannedSubmit](math.inf)
             async with trio.open_nursery() as nursery:

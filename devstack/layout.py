@@ -180,6 +180,21 @@ class Layout:
         return self.state_dir / name
 
     @property
+    def tokens_dir(self) -> Path:
+        """API tokens ``just up`` creates: ``dev.token`` (admin, no rate limit; the CLI, the
+        client, the tests, the bench and chaos read it) and ``alertmanager.token`` (scope
+        ``alerts``, Alertmanager's webhook credentials file). Mode 0600."""
+        return self.state_dir / "tokens"
+
+    @property
+    def dev_token_file(self) -> Path:
+        return self.tokens_dir / "dev.token"
+
+    @property
+    def alertmanager_token_file(self) -> Path:
+        return self.tokens_dir / "alertmanager.token"
+
+    @property
     def kafka_libs(self) -> Path:
         return self.cache_dir / f"kafka-{KAFKA_VERSION}" / "libs"
 

@@ -26,6 +26,7 @@ from .provision import provision as _provision
 from .readiness import wait_until
 from .services import Service, build_services
 from .services import toxiproxy as toxi
+from .services.apps import ensure_tokens
 from .services.apps import run_migrate as _run_migrate
 from .services.kafka_admin import cluster_problems, ensure_topics
 from .services.prometheus import scratch_prometheus as _scratch_prometheus
@@ -420,6 +421,8 @@ class Stack:
         names = self.names("app") + self.names("example")
         if not all(self.is_running(n) for n in names):
             self.run_migrate()
+        with step("leasework: tokens"):
+            ensure_tokens(self.layout)
         fresh = {}
         for name in names:
             fresh[name] = self._launch(name)[1]

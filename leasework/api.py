@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import logging
 import uuid
@@ -25,17 +24,21 @@ from werkzeug.exceptions import HTTPException
 
 from leasework import metrics, store
 from leasework.app import TYPE_NAME_PATTERN, App
+from leasework.auth import Authenticator, RateLimiter, Routes
+from leasework.bodies import body_too_large, invalid, json_body, parse_body
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.groupcommit import GroupCommit
+from leasework.guard import Guard
 from leasework.health import Health
 from leasework.job import Job
-from leasework.jsonlimits import MalformedJSON, TooDeep, parse_json
 from leasework.openapi import openapi_document
+from leasework.operator_api import actor, add_operator_routes
 from leasework.problems import Problem
 from leasework.service import add_ops_routes
 from leasework.states import RETRYABLE, Status
+from leasework.store import operators
 from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row
 from leasework.validation import batch_requests, job_request, parse_run_at
 
@@ -125,17 +128,6 @@ def no_such_job(job_id: str) -> Problem:
     return Problem(404, "job-not-found", "Job not found", f"no job has id {job_id}")
 
 
-def invalid(errors: list[FieldError], what: str = "fix these fields and resubmit") -> Problem:
-    names = ", ".join(dict.fromkeys(e.field for e in errors[:20]))
-    return Problem(
-        422,
-        "invalid-fields",
-        "Invalid fields",
-        f"{what}: {names}; nothing was written",
-        errors=[e.as_dict() for e in errors],
-    )
-
-
 def conflict(key: str | None, job_id: uuid.UUID, index: int | None = None) -> Problem:
     where = f"jobs[{index}]: " if index is not None else ""
     return Problem(
@@ -147,46 +139,6 @@ def conflict(key: str | None, job_id: uuid.UUID, index: int | None = None) -> Pr
         "written",
         job_id=str(job_id),
         **({"index": index} if index is not None else {}),
-    )
-
-
-async def json_body(limit: int) -> Any:
-    """The body of the current Quart request as JSON (see :func:`parse_body`)."""
-    return parse_body(request.content_type, await request.get_data(as_text=False), limit)
-
-
-def parse_body(content_type: str | None, raw: bytes, limit: int) -> Any:
-    """A request body as strict JSON; every refusal is a :class:`Problem`."""
-    mimetype = (content_type or "").split(";", 1)[0].strip().lower()
-    if mimetype != "application/json":
-        raise Problem(
-            415,
-            "unsupported-media-type",
-            "Unsupported media type",
-            f"send JSON with Content-Type: application/json (got {content_type or 'none'})",
-        )
-    if len(raw) > limit:
-        raise body_too_large(limit)
-    try:
-        return parse_json(raw)
-    except TooDeep as exc:  # JSON, but beyond any field's limit: the body is the field
-        raise invalid([FieldError("(body)", str(exc))]) from None
-    except MalformedJSON as exc:
-        raise Problem(
-            400,
-            "malformed-json",
-            "Malformed JSON",
-            f"the body is not valid JSON: {exc}; nothing was written",
-        ) from None
-
-
-def body_too_large(limit: int) -> Problem:
-    return Problem(
-        413,
-        "body-too-large",
-        "Request body too large",
-        f"the body exceeds {limit} bytes; send a smaller payload (store large data elsewhere "
-        "and pass a reference), or split a batch",
     )
 
 
@@ -234,13 +186,22 @@ def problem_of(exc: Exception, path: str) -> tuple[Problem, dict[str, str]]:
 
 
 def create_app(
-    settings: Settings, db: Database, health: Health, jobs_app: App, group: GroupCommit
-) -> SubmitFastPath:
-    """The api as an ASGI app: ``POST /jobs`` on a fast path of its own, the rest a Quart
-    app. Single submits go through ``group`` (whose ``run`` the caller starts)."""
+    settings: Settings,
+    db: Database,
+    health: Health,
+    jobs_app: App,
+    group: GroupCommit,
+    *,
+    auth: Authenticator,
+    limiter: RateLimiter | None = None,
+) -> Guard:
+    """The api as an ASGI app: the guard (tokens, scopes, rate limits, 405s) in front of
+    ``POST /jobs`` on a fast path of its own and the rest a Quart app. Single submits go
+    through ``group``; the caller starts ``group.run``, ``auth.run`` and ``limiter.run``."""
     app = QuartTrio("leasework-api")
     app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_batch_bytes)
     add_ops_routes(app, health, settings.process_name)
+    add_operator_routes(app, db, settings.max_body_bytes)
     defaults = Defaults(settings.default_max_attempts, settings.default_timeout_seconds)
     spec = openapi_document(jobs_app)
 
@@ -382,7 +343,15 @@ def create_app(
 
     @app.post("/jobs/<job_id>/cancel")
     async def cancel(job_id: str):
-        result = await db.run(store.job_cancel, parse_job_id(job_id))
+        who = actor()
+
+        def cancel_one(conn: psycopg.Connection) -> store.CancelResult:
+            result = store.job_cancel(conn, parse_job_id(job_id))
+            if result.outcome in (store.CancelOutcome.CANCELLED, store.CancelOutcome.REQUESTED):
+                operators.audit_add(conn, who, "cancel", job_id, {"outcome": result.outcome.value})
+            return result
+
+        result = await db.run(cancel_one)
         if result.outcome == store.CancelOutcome.MISSING:
             raise no_such_job(job_id)
         if result.outcome == store.CancelOutcome.FINISHED:
@@ -398,8 +367,15 @@ def create_app(
 
     @app.post("/jobs/<job_id>/retry")
     async def retry(job_id: str):
-        retry_one = functools.partial(store.job_retry, topic=settings.topic_ready)
-        result = await db.run(retry_one, parse_job_id(job_id))
+        who = actor()
+
+        def retry_one(conn: psycopg.Connection) -> store.RetryResult:
+            result = store.job_retry(conn, parse_job_id(job_id), settings.topic_ready)
+            if result.outcome == store.RetryOutcome.RETRIED:
+                operators.audit_add(conn, who, "retry", job_id)
+            return result
+
+        result = await db.run(retry_one)
         if result.outcome == store.RetryOutcome.MISSING:
             raise no_such_job(job_id)
         if result.outcome == store.RetryOutcome.NOT_RETRYABLE:
@@ -448,8 +424,13 @@ def create_app(
             errors.append(FieldError("limit", f"must be an integer from 1 to {MAX_BULK_RETRY}"))
         if errors:
             raise invalid(errors)
-        count = await db.run(
-            lambda conn: store.jobs_retry_matching(
+        who = actor()
+        filters = {"status": status, "type": job_type, "limit": limit} | {
+            k: v.isoformat() for k, v in bounds.items() if v is not None
+        }
+
+        def retry_matching(conn: psycopg.Connection) -> int:
+            count = store.jobs_retry_matching(
                 conn,
                 statuses=[status],
                 job_type=job_type,
@@ -458,7 +439,10 @@ def create_app(
                 limit=limit,
                 topic=settings.topic_ready,
             )
-        )
+            operators.audit_add(conn, who, "retry-many", None, {**filters, "retried": count})
+            return count
+
+        count = await db.run(retry_matching)
         return {"retried": count}, 200
 
     @app.route("/<path:unknown>", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
@@ -467,7 +451,8 @@ def create_app(
             404, "not-found", "Not found", f"/{unknown} is not an endpoint; see /openapi.json"
         )
 
-    return SubmitFastPath(app, submit, settings.max_body_bytes)
+    fast = SubmitFastPath(app, submit, settings.max_body_bytes)
+    return Guard(fast, Routes(spec), auth, limiter)
 
 
 class ClientGone(Exception):

@@ -1,5 +1,6 @@
 """``leasework ROLE [--app module:attr]`` runs a process (api, relay, worker, dev, migrate);
-``leasework submit|get|list|cancel|retry|wait|smoke`` talk to the API."""
+``leasework submit|get|list|cancel|retry|wait|smoke`` talk to the API (with
+``$LEASEWORK_TOKEN`` or the token ``just up`` wrote); ``leasework token ...`` manages tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from leasework import config
+from leasework import config, token_cli
 
 ROLES = ("api", "relay", "worker", "dev", "migrate")
 
@@ -203,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int)
     p = sub.add_parser("smoke", help="submit a noop job and wait for it to succeed")
     p.add_argument("--timeout", type=float, default=60.0)
+    token_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "token":
+        return token_cli.run(args)
 
     from leasework.client import DEFAULT_URL, ApiError, Client
     from leasework.errors import JobFailed, WaitTimeout
@@ -270,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
                     _print({"retried": count})
     except ApiError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if exc.status == 401:
+            print(
+                "  send a token: set LEASEWORK_TOKEN (or LEASEWORK_TOKEN_FILE); `just up` writes "
+                "a development one to $LEASEWORK_STATE_DIR/tokens/dev.token",
+                file=sys.stderr,
+            )
         if errors := exc.problem.get("errors"):
             for error in errors:
                 print(f"  {error.get('field')}: {error.get('message')}", file=sys.stderr)

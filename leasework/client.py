@@ -13,6 +13,7 @@ import anyio
 import httpx
 
 from leasework.errors import JobFailed, WaitTimeout
+from leasework.tokens import auth_headers, default_token
 
 DEFAULT_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
 
@@ -85,8 +86,13 @@ def _settled(job: dict[str, Any]) -> Any:
 
 
 class Client:
-    def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 10.0) -> None:
-        self.http = httpx.Client(base_url=base_url, timeout=timeout)
+    def __init__(
+        self, base_url: str = DEFAULT_URL, timeout: float = 10.0, token: str | None = None
+    ) -> None:
+        """``token``: the API token to send (default :func:`leasework.tokens.default_token`:
+        ``$LEASEWORK_TOKEN``, ``$LEASEWORK_TOKEN_FILE``, or the one ``just up`` wrote)."""
+        headers = auth_headers(token if token is not None else default_token())
+        self.http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
 
     def __enter__(self) -> Client:
         return self
@@ -145,8 +151,13 @@ class Client:
 
 
 class AsyncClient:
-    def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 10.0) -> None:
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout)
+    def __init__(
+        self, base_url: str = DEFAULT_URL, timeout: float = 10.0, token: str | None = None
+    ) -> None:
+        """``token``: the API token to send (default :func:`leasework.tokens.default_token`:
+        ``$LEASEWORK_TOKEN``, ``$LEASEWORK_TOKEN_FILE``, or the one ``just up`` wrote)."""
+        headers = auth_headers(token if token is not None else default_token())
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=timeout, headers=headers)
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -28,6 +28,7 @@ from leasework import metrics, store
 from leasework.db import Database
 from leasework.lease import Claim, Leases
 from leasework.states import Status
+from leasework.store import operators
 
 log = logging.getLogger("leasework.completer")
 
@@ -64,12 +65,14 @@ class Completer:
         leases: Leases,
         *,
         dlq_topic: str,
+        worker: str = "worker",
         max_batch: int = MAX_BATCH,
         max_wait: float = MAX_WAIT,
     ) -> None:
         self.db = db
         self.leases = leases
         self.dlq_topic = dlq_topic
+        self.worker = worker
         self.max_batch = max_batch
         self.max_wait = max_wait
         self._send, self._receive = trio.open_memory_channel[_Waiting](math.inf)
@@ -90,7 +93,14 @@ class Completer:
     def write(
         self, conn: psycopg.Connection, batch: list[store.Completion], retrying: bool
     ) -> dict:
-        return store.jobs_finish_many(conn, batch, dlq_topic=self.dlq_topic, retrying=retrying)
+        written = store.jobs_finish_many(conn, batch, dlq_topic=self.dlq_topic, retrying=retrying)
+        # what the fence refused, kept for the console (same transaction: no write, no row)
+        operators.fence_rejections_add(
+            conn,
+            [(c.job_id, c.fence, c.outcome.status.value) for c in batch if c.job_id not in written],
+            self.worker,
+        )
+        return written
 
     async def flush(self, batch: list[_Waiting]) -> list[Finished]:
         """Write one batch (retrying while the database is unreachable), release its leases,

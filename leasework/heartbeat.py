@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 import psycopg
@@ -22,6 +23,7 @@ import trio
 from leasework import metrics, store
 from leasework.db import Database
 from leasework.lease import Claim, Leases
+from leasework.store import operators
 
 log = logging.getLogger("leasework.heartbeat")
 
@@ -135,3 +137,36 @@ class Heartbeat:
         while True:
             await trio.sleep(self.ttl / 3)
             await self.run_once()
+
+
+PRESENCE_EVERY = 5.0  # seconds between a worker's rows in `workers`
+
+
+@dataclass(frozen=True)
+class Presence:
+    """What a worker says of itself in the ``workers`` table (the console's workers page)."""
+
+    name: str
+    app: str
+    started_at: datetime
+    capacity: int
+
+
+async def presence_loop(db: Database, presence: Presence, running: Callable[[], int]) -> None:
+    """Refresh this worker's row every PRESENCE_EVERY seconds, idle or not; an unreachable
+    database skips a beat (the console then shows it as not seen lately)."""
+    while True:
+        try:
+            await db.run(
+                lambda conn: operators.worker_seen(
+                    conn,
+                    presence.name,
+                    app=presence.app,
+                    started_at=presence.started_at,
+                    running=running(),
+                    capacity=presence.capacity,
+                )
+            )
+        except psycopg.Error as exc:
+            log.info("cannot record presence", extra={"error": str(exc)[:200]})
+        await trio.sleep(PRESENCE_EVERY)

@@ -113,3 +113,11 @@ completer_batch_size = Histogram(
     "Outcomes per completer write",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200),
 )
+rate_limit_unavailable = Counter(
+    "leasework_rate_limit_unavailable",
+    "Requests let through unmetered because the rate-limit store (Redis) was unreachable",
+)
+rate_limited = Counter(
+    "leasework_rate_limited", "Requests refused with 429 by a token's rate limit"
+)
+auth_refused = Counter("leasework_auth_refused", "Requests refused 401 or 403", ["status"])

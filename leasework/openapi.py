@@ -9,27 +9,13 @@ from typing import Any
 import pydantic
 
 from leasework.app import App, JobType
+from leasework.openapi_operators import OPERATOR_SCHEMAS, operator_paths
+from leasework.openapi_parts import REF
+from leasework.openapi_parts import json_response as _json
+from leasework.openapi_parts import problem as _problem
+from leasework.openapi_parts import ref as _ref
 from leasework.states import RETRYABLE, Status
 from leasework.submission import MAX_ATTEMPTS, MAX_BATCH, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
-
-REF = "#/components/schemas/{model}"
-_PROBLEM = {"$ref": "#/components/schemas/Problem"}
-
-
-def _problem(description: str) -> dict:
-    return {
-        "description": description,
-        "content": {"application/problem+json": {"schema": _PROBLEM}},
-    }
-
-
-def _json(schema: dict, description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _ref(name: str) -> dict:
-    return {"$ref": REF.format(model=name)}
-
 
 _JOB_ID = {
     "name": "job_id",
@@ -96,6 +82,7 @@ def openapi_document(app: App) -> dict:
     schemas["Submit"] = {"oneOf": single_refs} if single_refs else {"not": {}}
     schemas["BatchItem"] = {"oneOf": batch_refs} if batch_refs else {"not": {}}
     schemas.update(COMMON_SCHEMAS)
+    schemas.update(OPERATOR_SCHEMAS)
     document = {
         "openapi": "3.1.0",
         "info": {
@@ -104,10 +91,73 @@ def openapi_document(app: App) -> dict:
             "description": f"Submit jobs of app {app.name}; workers run them under a fenced "
             "lease. Types: " + (", ".join(app.names) or "none"),
         },
-        "paths": paths(),
-        "components": {"schemas": schemas},
+        "paths": secured(paths() | operator_paths()),
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "an API token (`leasework token create`); each operation "
+                    "names the scope it needs in `x-leasework-scope` (admin allows all)",
+                }
+            },
+        },
+        "security": [{"bearer": []}],
     }
     return document
+
+
+# Which scope each operation needs; None: public. Every operation must be listed (an endpoint
+# cannot be added unprotected: :func:`secured` raises, and so does the api's route table).
+OPERATION_SCOPES: dict[tuple[str, str], str | None] = {
+    ("/jobs", "post"): "submit",
+    ("/jobs/batch", "post"): "submit",
+    ("/jobs", "get"): "read",
+    ("/jobs/{job_id}", "get"): "read",
+    ("/job-types", "get"): "read",
+    ("/workers", "get"): "read",
+    ("/jobs/{job_id}/cancel", "post"): "cancel",
+    ("/jobs/{job_id}/retry", "post"): "cancel",
+    ("/jobs/retry", "post"): "cancel",
+    ("/tokens", "get"): "admin",
+    ("/tokens", "post"): "admin",
+    ("/tokens/{name}", "delete"): "admin",
+    ("/audit", "get"): "admin",
+    ("/alerts/webhook", "post"): "alerts",
+    ("/openapi.json", "get"): None,
+    ("/healthz", "get"): None,
+    ("/readyz", "get"): None,
+    ("/metrics", "get"): None,
+}
+
+_REFUSALS = {
+    "401": _problem("No token, or a malformed, unknown or revoked one (`WWW-Authenticate`)"),
+    "403": _problem("The token lacks this operation's scope (`required_scope` names it)"),
+    "429": {
+        **_problem("The token's rate limit is spent"),
+        "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+    },
+}
+
+
+def secured(document_paths: dict) -> dict:
+    """Each operation with its ``x-leasework-scope``, its ``security`` (``[]`` when public)
+    and the guard's 401, 403 and 429 answers."""
+    for template, operations in document_paths.items():
+        for method, operation in operations.items():
+            if (template, method) not in OPERATION_SCOPES:
+                raise KeyError(f"{method.upper()} {template} has no entry in OPERATION_SCOPES")
+            scope = OPERATION_SCOPES[(template, method)]
+            if scope is None:
+                operation["security"] = []
+            else:
+                operation["x-leasework-scope"] = scope
+                operation["description"] = (
+                    operation.get("description", "") + f" Needs scope `{scope}` (or admin)."
+                ).strip()
+                operation["responses"] = {**operation["responses"], **_REFUSALS}
+    return document_paths
 
 
 def paths() -> dict:

@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from leasework import api, metrics, relay, store
 from leasework.app import App
+from leasework.auth import Authenticator, RateLimiter
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.groupcommit import GroupCommit
@@ -88,12 +89,15 @@ async def run_api(settings: Settings, app: App) -> None:
     health = Health()
     health.add("postgres", postgres_probe(db))
     group = GroupCommit(db, settings.topic_ready)
-    web = api.create_app(settings, db, health, app, group)
+    auth, limiter = Authenticator(db), RateLimiter(*settings.redis_addr)
+    web = api.create_app(settings, db, health, app, group, auth=auth, limiter=limiter)
     await db.open()
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(group.run)
+            nursery.start_soon(auth.run)
+            nursery.start_soon(limiter.run)
             nursery.start_soon(register_types, db, app, settings.process_name)
             nursery.start_soon(relay.outbox_gauge_loop, db)
             await stopping.wait()
@@ -152,13 +156,16 @@ async def run_dev(settings: Settings, app: App) -> None:
     health.add("redis", redis_probe(settings))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
     group = GroupCommit(db, settings.topic_ready)
-    web = api.create_app(settings, db, health, app, group)
+    auth, limiter = Authenticator(db), RateLimiter(*settings.redis_addr)
+    web = api.create_app(settings, db, health, app, group, auth=auth, limiter=limiter)
     await db.open()
     worker = Worker(settings, db, app)
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(group.run)
+            nursery.start_soon(auth.run)
+            nursery.start_soon(limiter.run)
             nursery.start_soon(register_types, db, app, settings.process_name)
             nursery.start_soon(relay.run, settings, db, health.conditions, stopping)
             await worker.run(stopping)  # returns once drained after the signal

@@ -17,6 +17,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import psycopg
 import redis
@@ -31,7 +32,14 @@ from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.context import JobContext
 from leasework.db import Database
 from leasework.execution import HandlerResult, call_handler, describe
-from leasework.heartbeat import CancelReason, Heartbeat, RunningJob, lease_deadline
+from leasework.heartbeat import (
+    CancelReason,
+    Heartbeat,
+    Presence,
+    RunningJob,
+    lease_deadline,
+    presence_loop,
+)
 from leasework.job import Job
 from leasework.lease import Leases
 from leasework.offsets import OffsetTracker
@@ -114,7 +122,9 @@ class Worker:
         # the plain-TTL demonstration mode: no deadline scope, no fence condition
         self.unsafe = settings.lease_mode == UNSAFE_LEASE_MODE
         completer = UnsafeCompleter if self.unsafe else Completer
-        self.completer = completer(self.db, self.leases, dlq_topic=settings.topic_dlq)
+        self.completer = completer(
+            self.db, self.leases, dlq_topic=settings.topic_dlq, worker=self.name
+        )
         self.producer = Producer(
             db,
             self.leases,
@@ -467,6 +477,14 @@ class Worker:
             await background.start(self.completer.run)
             background.start_soon(self.heartbeat.run)
             background.start_soon(self.offsets_loop)
+            background.start_soon(
+                presence_loop,
+                self.db,
+                Presence(
+                    self.name, self.app.name, datetime.now(UTC), self.settings.worker_concurrency
+                ),
+                lambda: len(self.running),
+            )
             async with trio.open_nursery() as jobs:
                 await self.poll_until(stopping, jobs)
                 await self.drain(graceful)

@@ -208,11 +208,41 @@ def run_migrate(
 ) -> None:
     """Run ``python -m leasework migrate`` to completion; StackError with its log tail
     on a non-zero exit."""
+    run_to_completion(layout, ["migrate"], "migrate", extra_env, timeout)
+
+
+# (name, scopes, the Layout property naming its file): the tokens `up` keeps live
+STACK_TOKENS = (
+    ("dev", "admin", "dev_token_file"),
+    ("alertmanager", "alerts", "alertmanager_token_file"),
+)
+
+
+def ensure_tokens(layout: Layout, extra_env: Mapping[str, str] | None = None) -> None:
+    """Keep each of :data:`STACK_TOKENS` live, its plaintext in its file (mode 0600):
+    ``leasework token ensure`` creates it when the file is missing or its token is no longer
+    live (a fresh database), and leaves it alone otherwise."""
+    for name, scopes, attribute in STACK_TOKENS:
+        path = getattr(layout, attribute)
+        args = ["token", "ensure", "--name", name, "--scopes", scopes, "--file", str(path)]
+        run_to_completion(layout, args, "migrate", extra_env, 60.0)
+
+
+def run_to_completion(
+    layout: Layout,
+    args: list[str],
+    log_name: str,
+    extra_env: Mapping[str, str] | None,
+    timeout: float,
+) -> None:
+    """``python -m leasework ARGS`` to completion, its output appended to ``log_name``'s
+    log; StackError with the log's tail on a non-zero exit."""
     import os
 
-    log = layout.log("migrate")
+    log = layout.log(log_name)
     log.parent.mkdir(parents=True, exist_ok=True)
-    argv = app_command("migrate")
+    argv = [*app_command(args[0]), *args[1:]]
+    what = " ".join(args[:2])
     with log.open("ab") as out:
         out.write(f"\n=== devstack run: {' '.join(argv)}\n".encode())
         out.flush()
@@ -228,6 +258,6 @@ def run_migrate(
                 check=False,
             ).returncode
         except subprocess.TimeoutExpired:
-            raise StackError(f"migrate: did not finish within {timeout:.0f}s", log) from None
+            raise StackError(f"{what}: did not finish within {timeout:.0f}s", log) from None
     if rc != 0:
-        raise StackError(f"migrate: exited with {rc}; `up` aborted", log)
+        raise StackError(f"{what}: exited with {rc}; `up` aborted", log)

@@ -21,10 +21,16 @@ from psycopg.rows import dict_row
 from devstack import Stack
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP, POSTGRES_DIRECT_DSN
 from leasework.client import AsyncClient, Client
+from leasework.tokens import auth_headers, default_token
 
 API_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
 # tests read Postgres directly (not through Toxiproxy) to check what the system wrote
 DIRECT_DSN = POSTGRES_DIRECT_DSN
+
+
+def auth(**headers: str) -> dict[str, str]:
+    """``headers`` with the development token `just up` wrote (for raw httpx calls)."""
+    return {**auth_headers(default_token()), **headers}
 
 
 @pytest.fixture(scope="session")

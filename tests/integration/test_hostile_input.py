@@ -17,7 +17,7 @@ import pytest
 
 import leasework
 from leasework.demo import app as demo_app
-from tests.integration.conftest import API_URL, DIRECT_DSN, wait_status
+from tests.integration.conftest import API_URL, DIRECT_DSN, auth, wait_status
 
 
 @dataclass(frozen=True, repr=False)
@@ -58,7 +58,7 @@ def submit_raw(body: str, path: str = "/jobs", **headers: str) -> httpx.Response
     return httpx.post(
         API_URL + path,
         content=body.encode("utf-8", "surrogatepass"),
-        headers={"Content-Type": "application/json", **headers},
+        headers=auth(**{"Content-Type": "application/json", **headers}),
         timeout=30,
     )
 
@@ -140,13 +140,14 @@ def test_an_idempotency_key_the_store_cannot_keep_is_refused(outage_count):
     response = httpx.post(
         API_URL + "/jobs",
         json={"type": "noop"},
-        headers={"Idempotency-Key": "k" * 201},
+        headers=auth(**{"Idempotency-Key": "k" * 201}),
         timeout=10,
     )
     assert response.status_code == 422
     batch = {"jobs": [{"type": "noop", "idempotency_key": "key\u0000"}]}
     assert_refused(
-        httpx.post(API_URL + "/jobs/batch", json=batch, timeout=10), "jobs[0].idempotency_key"
+        httpx.post(API_URL + "/jobs/batch", json=batch, timeout=10, headers=auth()),
+        "jobs[0].idempotency_key",
     )
 
 
@@ -160,7 +161,8 @@ def test_an_idempotency_key_the_store_cannot_keep_is_refused(outage_count):
     ],
 )
 def test_hostile_list_filters_are_the_clients_error(query, status, outage_count):
-    assert httpx.get(f"{API_URL}/jobs?{query}", timeout=10).status_code == status
+    response = httpx.get(f"{API_URL}/jobs?{query}", timeout=10, headers=auth())
+    assert response.status_code == status
 
 
 def test_enqueue_refuses_python_values_with_no_json_form_and_naive_times(outage_count):

@@ -16,6 +16,7 @@ import trio
 from leasework.client import ApiError
 from tests.integration.conftest import (
     API_URL,
+    auth,
     dlq_message,
     insert_unchecked,
     readyz,
@@ -206,6 +207,7 @@ def test_two_relays_at_once_deliver_every_job(stack, client, db):
     ],
 )
 def test_bad_requests_get_problem_json(stack, kwargs, status, slug):
+    kwargs = {**kwargs, "headers": auth(**kwargs.get("headers", {}))}
     response = httpx.post(f"{API_URL}/jobs", timeout=10, **kwargs)
     assert response.status_code == status
     assert response.headers["content-type"].startswith("application/problem+json")
@@ -216,7 +218,7 @@ def test_bad_requests_get_problem_json(stack, kwargs, status, slug):
 
 
 def test_unknown_job_is_404_problem_and_openapi_is_served(stack):
-    response = httpx.get(f"{API_URL}/jobs/{uuid.uuid4()}", timeout=5)
+    response = httpx.get(f"{API_URL}/jobs/{uuid.uuid4()}", timeout=5, headers=auth())
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/problem+json")
     spec = httpx.get(f"{API_URL}/openapi.json", timeout=5).json()

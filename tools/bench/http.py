@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import trio
 
+from leasework.tokens import default_token
+
 
 class HttpError(Exception):
     """The api answered a bench submit with something other than 202."""
@@ -24,7 +26,10 @@ class HttpError(Exception):
 class Connection:
     """One keep-alive connection to ``url``'s host; ``post`` sends a JSON body to a path."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        """``token``: the API token (default: :func:`leasework.tokens.default_token`)."""
+        token = token if token is not None else default_token()
+        self.authorization = f"Authorization: Bearer {token}\r\n" if token else ""
         parts = urlsplit(url)
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
@@ -42,7 +47,8 @@ class Connection:
         data = json.dumps(body, separators=(",", ":")).encode()
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+            f"{self.authorization}Content-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
         )
         return head.encode() + data
 

@@ -1,0 +1,237 @@
+"""The OpenAPI paths and schemas of the operators' endpoints (:mod:`leasework.operator_api`):
+tokens, the audit log, workers, Alertmanager's webhook."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leasework.openapi_parts import json_response as _json
+from leasework.openapi_parts import problem as _problem
+from leasework.openapi_parts import ref as _ref
+from leasework.tokens import SCOPES
+
+
+def operator_paths() -> dict:
+    _token = _ref("Token")
+    return {
+        "/tokens": {
+            "get": {
+                "summary": "List API tokens (never their secrets)",
+                "parameters": [
+                    {
+                        "name": "revoked",
+                        "in": "query",
+                        "schema": {"type": "string", "enum": ["true", "false"]},
+                        "description": "true: include revoked tokens",
+                    }
+                ],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["tokens"],
+                            "properties": {"tokens": {"type": "array", "items": _token}},
+                        },
+                        "The tokens",
+                    )
+                },
+            },
+            "post": {
+                "summary": "Create a token; its secret is in this answer only",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("TokenRequest")}},
+                },
+                "responses": {
+                    "201": _json(
+                        {
+                            "allOf": [
+                                _token,
+                                {
+                                    "type": "object",
+                                    "required": ["token"],
+                                    "properties": {"token": {"type": "string"}},
+                                },
+                            ]
+                        },
+                        "Created; `token` is shown once",
+                    ),
+                    "400": _problem("Malformed JSON"),
+                    "409": _problem("A live token has that name"),
+                    "413": _problem("Body too large"),
+                    "415": _problem("Not application/json"),
+                    "422": _problem("Invalid fields"),
+                },
+            },
+        },
+        "/tokens/{name}": {
+            "delete": {
+                "summary": "Revoke a token by name or id; within a second it stops working",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": _json(_token, "Revoked"),
+                    "404": _problem("No live token of that name or id"),
+                },
+            }
+        },
+        "/audit": {
+            "get": {
+                "summary": "The audit log: who did what, when, newest first",
+                "parameters": [
+                    {"name": "target", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["entries"],
+                            "properties": {"entries": {"type": "array", "items": _ref("Audit")}},
+                        },
+                        "The latest 200 entries",
+                    )
+                },
+            }
+        },
+        "/workers": {
+            "get": {
+                "summary": "Workers seen in the last five minutes",
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["workers"],
+                            "properties": {"workers": {"type": "array", "items": _ref("Worker")}},
+                        },
+                        "The workers",
+                    )
+                },
+            }
+        },
+        "/alerts/webhook": {
+            "post": {
+                "summary": "Alertmanager's webhook receiver: records each alert it delivers",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("AlertmanagerNotification")}},
+                },
+                "responses": {
+                    "200": _json(
+                        {
+                            "type": "object",
+                            "required": ["recorded"],
+                            "properties": {"recorded": {"type": "integer", "minimum": 0}},
+                        },
+                        "Recorded",
+                    ),
+                    "400": _problem("Malformed JSON"),
+                    "413": _problem("Body too large"),
+                    "415": _problem("Not application/json"),
+                    "422": _problem("Not an Alertmanager notification"),
+                },
+            }
+        },
+    }
+
+
+_TIME = {"type": "string", "format": "date-time"}
+OPERATOR_SCHEMAS: dict[str, Any] = {
+    "Token": {
+        "type": "object",
+        "required": ["id", "name", "prefix", "scopes", "created_at", "created_by"],
+        "properties": {
+            "id": {"type": "string", "format": "uuid"},
+            "name": {"type": "string"},
+            "prefix": {"type": "string"},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+            "rate": {"type": ["number", "null"]},
+            "burst": {"type": ["integer", "null"]},
+            "created_at": _TIME,
+            "created_by": {"type": "string"},
+            "revoked_at": {"type": ["string", "null"], "format": "date-time"},
+            "last_used_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    },
+    "TokenRequest": {
+        "type": "object",
+        "required": ["name", "scopes"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 100},
+            "scopes": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "string",
+                    "enum": list(SCOPES),
+                },
+            },
+            "rate": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": 1e6,
+                "description": "requests per second; omitted: unlimited",
+            },
+            "burst": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1_000_000,
+                "description": "bucket size; needs rate (default: rate)",
+            },
+        },
+    },
+    "Audit": {
+        "type": "object",
+        "required": ["at", "actor", "action"],
+        "properties": {
+            "at": _TIME,
+            "actor": {"type": "string"},
+            "action": {"type": "string"},
+            "target": {"type": ["string", "null"]},
+            "detail": {"type": "object"},
+        },
+    },
+    "Worker": {
+        "type": "object",
+        "required": ["name", "app", "started_at", "last_seen", "running", "capacity"],
+        "properties": {
+            "name": {"type": "string"},
+            "app": {"type": "string"},
+            "started_at": _TIME,
+            "last_seen": _TIME,
+            "running": {"type": "integer"},
+            "capacity": {"type": "integer"},
+        },
+    },
+    "AlertmanagerNotification": {
+        "type": "object",
+        "required": ["alerts"],
+        "properties": {
+            "receiver": {"type": "string"},
+            "status": {"type": "string"},
+            "alerts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["labels"],
+                    "properties": {
+                        "status": {"type": "string", "enum": ["firing", "resolved"]},
+                        "labels": {
+                            "type": "object",
+                            "required": ["alertname"],
+                            "properties": {"alertname": {"type": "string"}},
+                            "additionalProperties": {"type": "string"},
+                        },
+                        "annotations": {
+                            "type": "object",
+                            "additionalProperties": {"type": "string"},
+                        },
+                        "startsAt": {"type": "string"},
+                        "endsAt": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
+}

@@ -1,0 +1,204 @@
+"""The operators' endpoints of the api: tokens (admin), the audit log, live workers, and the
+webhook Alertmanager delivers notifications to (scope ``alerts``).
+
+Each operation's scope is in the OpenAPI document (:mod:`leasework.openapi`); the guard
+(:mod:`leasework.guard`) has checked it before a handler here runs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from quart import request
+from quart_trio import QuartTrio
+
+from leasework.bodies import invalid, json_body
+from leasework.db import Database
+from leasework.errors import FieldError
+from leasework.guard import principal_of
+from leasework.problems import Problem
+from leasework.store import operators
+from leasework.tokens import TokenError, parse_scopes
+
+TOKEN_NAME_MAX = 100
+UNSET_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
+
+
+def actor() -> str:
+    """The token name the request came with (the audit log's "who")."""
+    principal = principal_of(request.scope)
+    return principal.name if principal is not None else "anonymous"
+
+
+def token_view(row: operators.TokenRow) -> dict[str, Any]:
+    return {
+        "id": str(row.id),
+        "name": row.name,
+        "prefix": row.prefix,
+        "scopes": sorted(row.scopes),
+        "rate": row.rate,
+        "burst": row.burst,
+        "created_at": row.created_at.isoformat(),
+        "created_by": row.created_by,
+        "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None,
+        "last_used_at": row.last_used_at.isoformat() if row.last_used_at else None,
+    }
+
+
+def token_request(body: Any) -> tuple[str, frozenset[str], float | None, int | None]:
+    """(name, scopes, rate, burst) of a ``POST /tokens`` body, or a 422 naming each field."""
+    if not isinstance(body, dict):
+        raise invalid([FieldError("(body)", "must be a JSON object")])
+    errors: list[FieldError] = []
+    allowed = {"name", "scopes", "rate", "burst"}
+    errors += [FieldError(str(k), "unknown field") for k in sorted(set(body) - allowed, key=str)]
+    name = body.get("name")
+    if not isinstance(name, str) or not 1 <= len(name) <= TOKEN_NAME_MAX or not name.isprintable():
+        errors.append(FieldError("name", f"must be 1-{TOKEN_NAME_MAX} printable characters"))
+    scopes: frozenset[str] = frozenset()
+    raw_scopes = body.get("scopes")
+    if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
+        errors.append(FieldError("scopes", "must be a list of scope names"))
+    else:
+        try:
+            scopes = parse_scopes(raw_scopes)
+        except TokenError as exc:
+            errors.append(FieldError("scopes", str(exc)))
+    rate, burst = body.get("rate"), body.get("burst")
+    if rate is not None and (
+        isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1e6
+    ):
+        errors.append(FieldError("rate", "must be a number of requests per second, 0 < rate"))
+    if burst is not None and (
+        isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 1_000_000
+    ):
+        errors.append(FieldError("burst", "must be an integer from 1 to 1000000"))
+    if burst is not None and rate is None:
+        errors.append(FieldError("burst", "needs a rate"))
+    if errors:
+        raise invalid(errors)
+    if rate is not None and burst is None:
+        burst = max(1, int(rate))
+    return name, scopes, rate, burst  # type: ignore[return-value]
+
+
+def _time(raw: Any) -> datetime | None:
+    if not isinstance(raw, str) or not raw or raw.startswith("0001-01-01"):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def notification_alerts(body: Any) -> tuple[str, list[dict[str, Any]]]:
+    """(receiver, one record per alert) of an Alertmanager webhook body (version 4), or a
+    422 saying what is missing."""
+    if not isinstance(body, dict) or not isinstance(body.get("alerts"), list):
+        raise invalid([FieldError("alerts", "must be a list (Alertmanager webhook, version 4)")])
+    receiver = str(body.get("receiver") or "")
+    records = []
+    for index, alert in enumerate(body["alerts"]):
+        labels = alert.get("labels") if isinstance(alert, dict) else None
+        if not isinstance(labels, dict) or not isinstance(labels.get("alertname"), str):
+            raise invalid([FieldError(f"alerts[{index}].labels.alertname", "is required")])
+        annotations = alert.get("annotations") or {}
+        status = alert.get("status")
+        records.append(
+            {
+                "alertname": labels["alertname"],
+                "status": status if status in ("firing", "resolved") else "firing",
+                "severity": labels.get("severity"),
+                "summary": annotations.get("summary") if isinstance(annotations, dict) else None,
+                "starts_at": _time(alert.get("startsAt")),
+                "ends_at": _time(alert.get("endsAt")),
+                "labels": {str(k): str(v) for k, v in labels.items()},
+            }
+        )
+    return receiver, records
+
+
+def add_operator_routes(app: QuartTrio, db: Database, max_body: int) -> None:
+    @app.get("/tokens")
+    async def list_tokens():
+        include = request.args.get("revoked") == "true"
+        rows = await db.run(lambda conn: operators.tokens_list(conn, include_revoked=include))
+        return {"tokens": [token_view(r) for r in rows]}
+
+    @app.post("/tokens")
+    async def create_token():
+        name, scopes, rate, burst = token_request(await json_body(max_body))
+        who = actor()
+
+        def create(conn: psycopg.Connection) -> tuple[str, operators.TokenRow]:
+            return operators.token_create(
+                conn, name=name, scopes=scopes, rate=rate, burst=burst, created_by=who
+            )
+
+        try:
+            token, row = await db.run(create)
+        except psycopg.errors.UniqueViolation as exc:
+            raise Problem(
+                409,
+                "token-name-taken",
+                "Token name taken",
+                f"a live token is named {name!r}; revoke it first or choose another name",
+            ) from exc
+        return {**token_view(row), "token": token}, 201
+
+    @app.delete("/tokens/<name>")
+    async def revoke_token(name: str):
+        who = actor()
+
+        def revoke(conn: psycopg.Connection) -> operators.TokenRow | None:
+            row = operators.token_revoke(conn, name)
+            if row is not None:
+                operators.audit_add(conn, who, "token-revoke", row.name)
+            return row
+
+        row = await db.run(revoke)
+        if row is None:
+            raise Problem(404, "no-such-token", "No such token", f"no live token {name!r}")
+        return token_view(row)
+
+    @app.get("/audit")
+    async def audit():
+        target = request.args.get("target")
+        rows = await db.run(lambda conn: operators.audit_list(conn, target=target, limit=200))
+        return {
+            "entries": [
+                {
+                    "at": e.at.isoformat(),
+                    "actor": e.actor,
+                    "action": e.action,
+                    "target": e.target,
+                    "detail": e.detail,
+                }
+                for e in rows
+            ]
+        }
+
+    @app.get("/workers")
+    async def workers():
+        rows = await db.run(operators.workers_list)
+        return {
+            "workers": [
+                {
+                    "name": w.name,
+                    "app": w.app,
+                    "started_at": w.started_at.isoformat(),
+                    "last_seen": w.last_seen.isoformat(),
+                    "running": w.running,
+                    "capacity": w.capacity,
+                }
+                for w in rows
+            ]
+        }
+
+    @app.post("/alerts/webhook")
+    async def alert_webhook():
+        receiver, records = notification_alerts(await json_body(max_body))
+        count = await db.run(lambda conn: operators.alerts_record(conn, records, receiver))
+        return {"recorded": count}, 200
