@@ -24,7 +24,7 @@ bootstrap:
         touch "$stamp"
     fi
 
-# provision and start everything: Postgres, Redis, Toxiproxy, 3 Kafka nodes, Prometheus, then migrate, api, relay, workers
+# provision and start everything: Postgres, Redis, Toxiproxy, 3 Kafka nodes, Alertmanager, Prometheus, then migrate, api, relay, workers
 up: bootstrap
     {{stack}} up
 

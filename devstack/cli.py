@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m devstack",
         description="Local leasework stack on loopback (state: $LEASEWORK_STATE_DIR, "
         "default /var/tmp/leasework). Names: postgres redis toxiproxy kafka-1 kafka-2 "
-        "kafka-3 prometheus api relay worker-1 worker-2.",
+        "kafka-3 alertmanager prometheus api relay worker-1 worker-2 shop.",
     )
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)

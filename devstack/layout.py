@@ -8,7 +8,7 @@ inside the repo, because CI clones into a 0700 directory the ``postgres`` user c
 traverse)::
 
     logs/NAME.log  pids/NAME.pid  postgres/  redis/  kafka-N/  prometheus/
-    toxiproxy/  kafka-cluster-id
+    alertmanager/  toxiproxy/  kafka-cluster-id
 
 Cache dir (``LEASEWORK_CACHE_DIR``, default ``~/.cache/leasework``)::
 
@@ -33,6 +33,7 @@ REDIS_PORT = 16380
 REDIS_PROXY_PORT = 16379
 TOXIPROXY_API_PORT = 8474
 PROMETHEUS_PORT = 9090
+ALERTMANAGER_PORT = 9093
 
 KAFKA_NODE_IDS = (1, 2, 3)
 
@@ -106,13 +107,18 @@ APPS: dict[str, tuple[str, int]] = {
 }
 
 # Where the api answers, each worker's ops port (its /metrics), and the HTTP APIs of
-# Toxiproxy and of the stack's long-lived Prometheus.
+# Toxiproxy, of the stack's long-lived Prometheus and of the Alertmanager every Prometheus
+# of the stack (the long-lived one and the scratch ones) sends its alerts to.
 API_URL = f"http://{HOST}:{APPS['api'][1]}"
 WORKER_PORTS: dict[str, int] = {
     name: port for name, (role, port) in APPS.items() if role == "worker"
 }
 TOXIPROXY_URL = f"http://{HOST}:{TOXIPROXY_API_PORT}"
 PROMETHEUS_URL = f"http://{HOST}:{PROMETHEUS_PORT}"
+ALERTMANAGER_URL = f"http://{HOST}:{ALERTMANAGER_PORT}"
+# Alertmanager's one receiver: the api's webhook, which records each notification
+ALERT_WEBHOOK_URL = f"{API_URL}/alerts/webhook"
+ALERT_RECEIVER = "leasework-api"
 
 # The job types the stack's api and workers load (``LEASEWORK_APP``, which `just up` passes
 # through when set): the demo types for tests, chaos and bench, and the example shop's.

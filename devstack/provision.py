@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import procs, tools
 from .errors import StackError
-from .layout import PROMETHEUS_PORT, TOXIPROXY_VERSION, Layout
+from .layout import ALERTMANAGER_PORT, PROMETHEUS_PORT, TOXIPROXY_VERSION, Layout
 from .progress import log, step
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
@@ -52,7 +52,7 @@ def _marker_ok(marker: Path, fingerprint: str) -> bool:
 def _no_daemon_autostart() -> Iterator[None]:
     """Debian's standard switch (policy-rc.d exit 101) that stops package postinst
     scripts from starting their daemons (postgres on 5432, redis on 6379, prometheus on
-    9090): we run our own. Only installed if no policy-rc.d exists already."""
+    9090, alertmanager on 9093): we run our own. Only installed if no policy-rc.d exists already."""
     ours = not POLICY_RC_D.exists()
     if ours:
         POLICY_RC_D.write_text("#!/bin/sh\n# devstack provisioning\nexit 101\n")
@@ -90,14 +90,19 @@ def ensure_system_packages(layout: Layout, need_mvn: bool = True) -> None:
     still = tools.missing_apt_packages(need_mvn)
     if still:
         raise StackError(f"provision: still missing after apt-get install: {still}", plog)
-    owners = procs.port_owners(PROMETHEUS_PORT)
-    if owners:
-        log.warning(
-            "port %d is held by %s (not ours, maybe started by the package's init script); "
-            "stop it, e.g. `/etc/init.d/prometheus stop`",
-            PROMETHEUS_PORT,
-            ", ".join(procs.describe(p) for p in owners),
-        )
+    for port, init_script in (
+        (PROMETHEUS_PORT, "prometheus"),
+        (ALERTMANAGER_PORT, "prometheus-alertmanager"),
+    ):
+        owners = procs.port_owners(port)
+        if owners:
+            log.warning(
+                "port %d is held by %s (not ours, maybe started by the package's init "
+                "script); stop it, e.g. `/etc/init.d/%s stop`",
+                port,
+                ", ".join(procs.describe(p) for p in owners),
+                init_script,
+            )
 
 
 def kafka_libs_cached(layout: Layout) -> bool:

@@ -36,7 +36,7 @@ KAFKA_NAMES = tuple(f"kafka-{n}" for n in KAFKA_NODE_IDS)
 # Stop order for `down`: each tier is stopped in parallel, apps first.
 STOP_TIERS: tuple[tuple[str, ...], ...] = (
     ("api", "relay", "worker-1", "worker-2", "shop"),
-    ("prometheus", *KAFKA_NAMES),
+    ("prometheus", "alertmanager", *KAFKA_NAMES),
     ("toxiproxy", "redis", "postgres"),
 )
 
@@ -344,10 +344,13 @@ class Stack:
     def provision(self) -> None:
         _provision(self.layout)
 
-    def scratch_prometheus(self, workdir: Path) -> contextlib.AbstractContextManager[str]:
-        """A throwaway Prometheus with an empty TSDB, the stack's targets and rules; yields
-        its URL (see :func:`services.prometheus.scratch_prometheus`)."""
-        return _scratch_prometheus(self.layout, workdir)
+    def scratch_prometheus(
+        self, workdir: Path, *, run: str | None = None
+    ) -> contextlib.AbstractContextManager[str]:
+        """A throwaway Prometheus with an empty TSDB, the stack's targets and rules, sending
+        to the stack's Alertmanager labelled with ``run``; yields its URL (see
+        :func:`services.prometheus.scratch_prometheus`)."""
+        return _scratch_prometheus(self.layout, workdir, run=run)
 
     def up(self, apps: bool = True, timeout: float | None = None) -> None:
         """Provision, start everything not running, wait until all is ready. Idempotent.

@@ -15,6 +15,8 @@ APT_PACKAGES: dict[str, str] = {
     "redis-server": "redis-server",
     "prometheus": "prometheus",
     "promtool": "prometheus",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "amtool": "prometheus-alertmanager",
     "java": "default-jre-headless",
     "mvn": "maven",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..layout import APPS, KAFKA_NODE_IDS, Layout
+from .alertmanager import Alertmanager
 from .apps import ExampleShop, LeaseworkApp
 from .base import Service
 from .kafka import KafkaNode
@@ -18,7 +19,8 @@ def build_services(layout: Layout) -> dict[str, Service]:
     """name -> Service for the whole stack, infrastructure first, in start order."""
     services: list[Service] = [Postgres(layout), Redis(layout), Toxiproxy(layout)]
     services += [KafkaNode(layout, n) for n in KAFKA_NODE_IDS]
-    services.append(Prometheus(layout))
+    # Alertmanager first: the Prometheus started next sends to it from its first alert on
+    services += [Alertmanager(layout), Prometheus(layout)]
     services += [LeaseworkApp(layout, name) for name in APPS]
     services.append(ExampleShop(layout))
     return {s.name: s for s in services}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from devstack.layout import (
     Layout,
     kafka_ports,
 )
+from devstack.services.alertmanager import render_alertmanager_yml
 from devstack.services.apps import (
     app_env,
     carried_over_env,
@@ -30,7 +33,7 @@ from devstack.services.kafka import (
     render_server_properties,
 )
 from devstack.services.postgres import postgres_args
-from devstack.services.prometheus import render_prometheus_yml
+from devstack.services.prometheus import render_prometheus_yml, scratch_labels
 from devstack.services.redis import render_redis_conf
 from devstack.services.toxiproxy import load_proxies, render_proxies, retired_proxies
 
@@ -210,6 +213,39 @@ def test_prometheus_yml_without_and_with_rules() -> None:
     assert cfg["rule_files"] == ["/r/a.yml", "/r/b.yml"]
 
 
+def test_every_prometheus_sends_to_the_stacks_alertmanager_saying_which_it_is() -> None:
+    yaml = pytest.importorskip("yaml")
+    stack = yaml.safe_load(render_prometheus_yml([]))
+    (am,) = stack["alerting"]["alertmanagers"]
+    assert am["static_configs"] == [{"targets": ["127.0.0.1:9093"]}]
+    assert stack["global"]["external_labels"] == {"prometheus": "stack"}
+    scratch = yaml.safe_load(render_prometheus_yml([], scratch_labels("run-7")))
+    assert scratch["alerting"] == stack["alerting"]
+    assert scratch["global"]["external_labels"] == {
+        "prometheus": "scratch",
+        "scratch_run": "run-7",
+    }
+
+
+def test_alertmanager_routes_everything_to_the_apis_webhook_with_its_token() -> None:
+    yaml = pytest.importorskip("yaml")
+    layout = Layout(Path("/s"), Path("/c"), REPO)
+    cfg = yaml.safe_load(render_alertmanager_yml(layout.alertmanager_token_file))
+    route = cfg["route"]
+    assert route["receiver"] == "leasework-api"
+    assert route["group_by"] == ["..."]  # every alert a notification of its own
+    assert (route["group_wait"], route["group_interval"]) == ("1s", "5s")
+    (receiver,) = cfg["receivers"]
+    assert receiver["name"] == "leasework-api"
+    (hook,) = receiver["webhook_configs"]
+    assert hook["url"] == "http://127.0.0.1:8080/alerts/webhook"
+    assert hook["send_resolved"] is True
+    assert hook["http_config"]["authorization"] == {
+        "type": "Bearer",
+        "credentials_file": "/s/tokens/alertmanager.token",
+    }
+
+
 def test_proxies_json_in_repo_matches_the_port_contract() -> None:
     assert load_proxies(REPO / "toxiproxy" / "proxies.json") == render_proxies()
     names = [p["name"] for p in render_proxies()]
@@ -311,3 +347,25 @@ def test_stale_stack_env_flags_outdated_defaults_but_not_deliberate_overrides() 
     # the relay with the shared proxies is up to date
     relay = app_env("relay", "127.0.0.1:9102", {})
     assert stale_stack_env(relay, relay) == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "render"),
+    [
+        ("amtool", ("check-config",), lambda: render_alertmanager_yml(Path("/s/am.token"))),
+        ("promtool", ("check", "config"), lambda: render_prometheus_yml([])),
+        (
+            "promtool",
+            ("check", "config"),
+            lambda: render_prometheus_yml([], scratch_labels("r1")),
+        ),
+    ],
+)
+def test_the_rendered_configs_pass_their_servers_own_check(tool, args, render, tmp_path) -> None:
+    binary = shutil.which(tool)
+    if binary is None:
+        pytest.skip(f"{tool} not on PATH (`just up` provisions it)")
+    path = tmp_path / "config.yml"
+    path.write_text(render())
+    result = subprocess.run([binary, *args, str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -134,8 +134,8 @@ def test_stack_does_not_trust_a_recycled_pid(tmp_path: Path) -> None:
 def test_names_and_addresses(tmp_path: Path) -> None:
     stack = Stack(Layout(tmp_path, tmp_path, tmp_path))
     assert stack.names() == [
-        "postgres", "redis", "toxiproxy", "kafka-1", "kafka-2", "kafka-3", "prometheus",
-        "api", "relay", "worker-1", "worker-2", "shop",
+        "postgres", "redis", "toxiproxy", "kafka-1", "kafka-2", "kafka-3", "alertmanager",
+        "prometheus", "api", "relay", "worker-1", "worker-2", "shop",
     ]  # fmt: skip
     assert stack.names("app") == ["api", "relay", "worker-1", "worker-2"]
     assert stack.address("api") == "127.0.0.1:8080"
