@@ -68,12 +68,18 @@ cli *args: bootstrap
 test-unit: bootstrap
     {{python}} -m pytest tests/unit -q
 
-# every test: unit, then integration against the real stack (started if needed, reused if up)
+# every test: unit, then integration against the real stack (started if needed, reused if up), then API conformance
 test: bootstrap
     {{stack}} provision
     {{python}} -m pytest tests/unit -q
     {{stack}} up
     {{python}} -m pytest tests/integration -q
+    {{python}} -m tools.conformance
+
+# schemathesis against /openapi.json, on an api and database of its own (see tools/conformance.py)
+conformance: bootstrap
+    {{stack}} up-infra
+    {{python}} -m tools.conformance
 
 # ruff lint and format check
 lint: bootstrap

@@ -39,7 +39,7 @@ from leasework.problems import Problem
 from leasework.service import add_ops_routes
 from leasework.states import RETRYABLE, Status
 from leasework.store import operators
-from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row
+from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row, integral
 from leasework.validation import batch_requests, job_request, parse_run_at
 
 log = logging.getLogger("leasework.api")
@@ -329,7 +329,7 @@ def create_app(
         if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST_LIMIT:
             raise invalid([FieldError("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}")])
         limit = int(raw_limit)
-        after = decode_cursor(args["cursor"]) if args.get("cursor") else None
+        after = decode_cursor(args["cursor"]) if "cursor" in args else None
         rows = await db.run(
             lambda conn: store.job_list(
                 conn, status=status, job_type=job_type, after=after, limit=limit + 1
@@ -399,8 +399,8 @@ def create_app(
             FieldError(k, "unknown field; allowed: " + ", ".join(sorted(allowed)))
             for k in sorted(set(body) - allowed, key=str)
         ]
-        status = body.get("status", "dead")
-        if status not in RETRYABLE:
+        status = "dead" if body.get("status") is None else body["status"]
+        if not isinstance(status, str) or status not in RETRYABLE:
             errors.append(FieldError("status", f"must be one of {sorted(RETRYABLE)}"))
         job_type = body.get("type")
         if job_type is not None and (
@@ -415,7 +415,7 @@ def create_app(
                 errors.append(FieldError(name, parsed.message))
                 parsed = None
             bounds[name] = parsed
-        limit = body.get("limit", 1000)
+        limit = integral(1000 if body.get("limit") is None else body["limit"])
         if (
             isinstance(limit, bool)
             or not isinstance(limit, int)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import math
 import os
 import re
@@ -48,6 +49,17 @@ def _seconds(name: str, value: float | timedelta) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise AppError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(seconds)
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` with every float that is a whole number (``5.0``) as an int (pure; a copy)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    return value
 
 
 def pydantic_field_errors(exc: pydantic.ValidationError, prefix: str) -> list[FieldError]:
@@ -136,11 +148,23 @@ class JobType:
     # ------------------------------------------------------------ payloads
 
     def payload_errors(self, payload: Any, field: str = "payload") -> list[FieldError]:
-        """Why ``payload`` (JSON) is not a valid payload of this type; empty when it is."""
+        """Why ``payload`` (JSON) is not a valid payload of this type; empty when it is.
+
+        Checked as the OpenAPI document describes it: strict JSON (no ``"5"`` for a number, no
+        ``1`` for a boolean, pydantic's strict mode on the JSON text), a whole number such as
+        ``5.0`` being the integer JSON Schema says it is. The worker decodes leniently, so a
+        payload admitted here always decodes there."""
         if self.adapter is None:
             return []
         try:
-            self.adapter.validate_python(payload)
+            text = json.dumps(whole_numbers(payload), allow_nan=False)
+        except (TypeError, ValueError):  # not plain JSON (refused elsewhere): check as Python
+            text = None
+        try:
+            if text is None:
+                self.adapter.validate_python(payload)
+            else:
+                self.adapter.validate_json(text, strict=True)
         except pydantic.ValidationError as exc:
             return pydantic_field_errors(exc, field)
         return []

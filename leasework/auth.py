@@ -208,12 +208,22 @@ class Routes:
                     Route(method.upper(), template, re.compile(regex), None if public else scope)
                 )
 
+    def _template(self, path: str) -> str | None:
+        """The most specific template ``path`` matches: a literal segment beats a parameter,
+        as in any router (``/jobs/batch`` is not ``/jobs/{job_id}``)."""
+        matching = {r.template for r in self.routes if r.pattern.match(path)}
+        if not matching:
+            return None
+        return min(matching, key=lambda t: (t.count("{"), -len(t)))
+
     def match(self, method: str, path: str) -> Route | None:
+        template = self._template(path)
         for route in self.routes:
-            if route.method == method and route.pattern.match(path):
+            if route.template == template and route.method == method:
                 return route
         return None
 
     def allowed(self, path: str) -> list[str]:
         """The methods the document defines for ``path`` (for a 405's ``Allow``)."""
-        return sorted({r.method for r in self.routes if r.pattern.match(path)})
+        template = self._template(path)
+        return sorted({r.method for r in self.routes if r.template == template})

@@ -10,7 +10,7 @@ import pydantic
 
 from leasework.app import App, JobType
 from leasework.openapi_operators import OPERATOR_SCHEMAS, operator_paths
-from leasework.openapi_parts import REF
+from leasework.openapi_parts import REF, nullable
 from leasework.openapi_parts import json_response as _json
 from leasework.openapi_parts import problem as _problem
 from leasework.openapi_parts import ref as _ref
@@ -25,14 +25,62 @@ _JOB_ID = {
 }
 _NULLABLE_STRING = {"type": ["string", "null"]}
 
-SUBMIT_OPTIONS: dict[str, Any] = {
-    "run_at": {"type": "string", "format": "date-time", "description": "RFC 3339 with offset"},
-    "delay_seconds": {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
-    "max_attempts": {"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS},
-    "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS},
-    "ordering_key": {"type": "string", "minLength": 1, "maxLength": 200},
+# a time the api takes: RFC 3339, a real date, an offset under 16 hours (what Postgres keeps)
+TIME_SCHEMA = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": r"^(?!0000)\d{4}-\d{2}-\d{2}[Tt]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
+    r"([Zz]|[+-](0\d|1[0-5]):[0-5]\d)$",
+    "description": "RFC 3339 with an offset (under 16 hours), e.g. 2026-01-02T03:04:05Z",
 }
-IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 200}
+# the job store keeps no NUL character in any text (a key or a string)
+NO_NUL = "^[^\u0000]*$"
+STORABLE = {
+    "description": "any JSON the job store can keep: no NUL character in a key or a string",
+    "anyOf": [
+        {"type": ["null", "boolean", "number"]},
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "array", "items": {"$ref": "#/components/schemas/Storable"}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": {"$ref": "#/components/schemas/Storable"},
+        },
+    ],
+}
+
+
+def storable(schema: Any) -> Any:
+    """``schema`` with every string and key it admits free of NUL (pure; a copy): what the
+    api enforces at every door (:mod:`leasework.jsonlimits`), stated in the document."""
+    if isinstance(schema, list):
+        return [storable(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: storable(v) for k, v in schema.items()}
+    kinds = out.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else (kinds or [])
+    if "string" in kinds and not {"pattern", "enum", "const", "format"} & set(out):
+        out["pattern"] = NO_NUL
+    if ("object" in kinds or "properties" in out) and out.get("additionalProperties") is not False:
+        out.setdefault("propertyNames", {"pattern": NO_NUL})
+        out.setdefault("additionalProperties", {"$ref": REF.format(model="Storable")})
+    if "array" in kinds and "prefixItems" not in out:
+        out.setdefault("items", {"$ref": REF.format(model="Storable")})
+    return out
+
+
+# optional fields: null is taken as left out (the api's defaults apply)
+SUBMIT_OPTIONS: dict[str, Any] = {
+    "run_at": nullable(TIME_SCHEMA),
+    "delay_seconds": nullable({"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS}),
+    "max_attempts": nullable({"type": "integer", "minimum": 1, "maximum": MAX_ATTEMPTS}),
+    "timeout_seconds": nullable({"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS}),
+    "ordering_key": nullable(
+        {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_NUL}
+    ),
+}
+IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_NUL}
 
 
 def _submit_schema(job_type: JobType, payload: dict, *, batch_item: bool) -> dict:
@@ -42,7 +90,7 @@ def _submit_schema(job_type: JobType, payload: dict, *, batch_item: bool) -> dic
         **SUBMIT_OPTIONS,
     }
     if batch_item:
-        properties["idempotency_key"] = IDEMPOTENCY_KEY
+        properties["idempotency_key"] = nullable(IDEMPOTENCY_KEY)
     required = ["type"]
     if job_type.payload_errors({}):  # the payload has required fields: it cannot be left out
         required.append("payload")
@@ -63,8 +111,8 @@ def _payload_schemas(app: App) -> tuple[dict[str, dict], dict[str, dict]]:
     schemas, top = pydantic.TypeAdapter.json_schemas(typed, ref_template=REF) if typed else ({}, {})
     by_type = {name: schemas[(name, "validation")] for name, _, _ in typed}
     for t in app:
-        by_type.setdefault(t.name, {"description": "any JSON"})
-    return by_type, top.get("$defs", {})
+        by_type.setdefault(t.name, {"$ref": REF.format(model="Storable")})
+    return storable(by_type), storable(top.get("$defs", {}))
 
 
 def openapi_document(app: App) -> dict:
@@ -82,7 +130,8 @@ def openapi_document(app: App) -> dict:
     schemas["Submit"] = {"oneOf": single_refs} if single_refs else {"not": {}}
     schemas["BatchItem"] = {"oneOf": batch_refs} if batch_refs else {"not": {}}
     schemas.update(COMMON_SCHEMAS)
-    schemas.update(OPERATOR_SCHEMAS)
+    schemas.update(storable(OPERATOR_SCHEMAS))
+    schemas["Storable"] = STORABLE
     document = {
         "openapi": "3.1.0",
         "info": {
@@ -205,7 +254,13 @@ def paths() -> dict:
                         "in": "query",
                         "schema": {"type": "integer", "minimum": 1, "maximum": 200},
                     },
-                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "cursor",
+                        "in": "query",
+                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,400}$"},
+                        "description": "opaque: a previous page's next_cursor, unchanged; "
+                        "any other value is a 400",
+                    },
                 ],
                 "responses": {
                     "200": _json(
@@ -383,11 +438,11 @@ COMMON_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            "status": {"type": "string", "enum": sorted(RETRYABLE), "default": "dead"},
-            "type": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"},
-            "finished_after": {"type": "string", "format": "date-time"},
-            "finished_before": {"type": "string", "format": "date-time"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000},
+            "status": nullable({"type": "string", "enum": sorted(RETRYABLE), "default": "dead"}),
+            "type": nullable({"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"}),
+            "finished_after": nullable(TIME_SCHEMA),
+            "finished_before": nullable(TIME_SCHEMA),
+            "limit": nullable({"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000}),
         },
     },
     "Problem": {

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from leasework.openapi_parts import json_response as _json
+from leasework.openapi_parts import nullable
 from leasework.openapi_parts import problem as _problem
 from leasework.openapi_parts import ref as _ref
-from leasework.tokens import SCOPES
+from leasework.tokens import SCOPES, TOKEN_NAME_PATTERN
 
 
 def operator_paths() -> dict:
@@ -33,7 +34,8 @@ def operator_paths() -> dict:
                             "properties": {"tokens": {"type": "array", "items": _token}},
                         },
                         "The tokens",
-                    )
+                    ),
+                    "422": _problem("revoked is not true or false"),
                 },
             },
             "post": {
@@ -157,8 +159,11 @@ OPERATOR_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["name", "scopes"],
         "additionalProperties": False,
+        # a burst needs a rate
+        "if": {"required": ["burst"], "properties": {"burst": {"type": "integer"}}},
+        "then": {"required": ["rate"], "properties": {"rate": {"type": "number"}}},
         "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 100},
+            "name": {"type": "string", "pattern": TOKEN_NAME_PATTERN},
             "scopes": {
                 "type": "array",
                 "minItems": 1,
@@ -167,18 +172,22 @@ OPERATOR_SCHEMAS: dict[str, Any] = {
                     "enum": list(SCOPES),
                 },
             },
-            "rate": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "maximum": 1e6,
-                "description": "requests per second; omitted: unlimited",
-            },
-            "burst": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 1_000_000,
-                "description": "bucket size; needs rate (default: rate)",
-            },
+            "rate": nullable(
+                {
+                    "type": "number",
+                    "minimum": 0.001,
+                    "maximum": 1e6,
+                    "description": "requests per second; omitted or null: unlimited",
+                }
+            ),
+            "burst": nullable(
+                {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1_000_000,
+                    "description": "bucket size; needs rate (default: rate)",
+                }
+            ),
         },
     },
     "Audit": {

@@ -7,6 +7,7 @@ Each operation's scope is in the OpenAPI document (:mod:`leasework.openapi`); th
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -18,11 +19,12 @@ from leasework.bodies import invalid, json_body
 from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.guard import principal_of
+from leasework.jsonlimits import storable_errors
 from leasework.problems import Problem
 from leasework.store import operators
-from leasework.tokens import TokenError, parse_scopes
+from leasework.submission import integral
+from leasework.tokens import TOKEN_NAME_PATTERN, TokenError, parse_scopes
 
-TOKEN_NAME_MAX = 100
 UNSET_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 
 
@@ -55,8 +57,8 @@ def token_request(body: Any) -> tuple[str, frozenset[str], float | None, int | N
     allowed = {"name", "scopes", "rate", "burst"}
     errors += [FieldError(str(k), "unknown field") for k in sorted(set(body) - allowed, key=str)]
     name = body.get("name")
-    if not isinstance(name, str) or not 1 <= len(name) <= TOKEN_NAME_MAX or not name.isprintable():
-        errors.append(FieldError("name", f"must be 1-{TOKEN_NAME_MAX} printable characters"))
+    if not isinstance(name, str) or not re.match(TOKEN_NAME_PATTERN, name):
+        errors.append(FieldError("name", "must be 1-100 letters, digits and _ . : @ -"))
     scopes: frozenset[str] = frozenset()
     raw_scopes = body.get("scopes")
     if not isinstance(raw_scopes, list) or not all(isinstance(s, str) for s in raw_scopes):
@@ -66,11 +68,11 @@ def token_request(body: Any) -> tuple[str, frozenset[str], float | None, int | N
             scopes = parse_scopes(raw_scopes)
         except TokenError as exc:
             errors.append(FieldError("scopes", str(exc)))
-    rate, burst = body.get("rate"), body.get("burst")
+    rate, burst = body.get("rate"), integral(body.get("burst"))
     if rate is not None and (
-        isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1e6
+        isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.001 <= rate <= 1e6
     ):
-        errors.append(FieldError("rate", "must be a number of requests per second, 0 < rate"))
+        errors.append(FieldError("rate", "must be a number of requests per second, 0.001-1e6"))
     if burst is not None and (
         isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 1_000_000
     ):
@@ -98,13 +100,18 @@ def notification_alerts(body: Any) -> tuple[str, list[dict[str, Any]]]:
     422 saying what is missing."""
     if not isinstance(body, dict) or not isinstance(body.get("alerts"), list):
         raise invalid([FieldError("alerts", "must be a list (Alertmanager webhook, version 4)")])
-    receiver = str(body.get("receiver") or "")
+    errors = [
+        FieldError(name, "must be a string")
+        for name in ("receiver", "status")
+        if name in body and not isinstance(body[name], str)
+    ]
+    errors += storable_errors(body, "(body)")
     records = []
     for index, alert in enumerate(body["alerts"]):
-        labels = alert.get("labels") if isinstance(alert, dict) else None
-        if not isinstance(labels, dict) or not isinstance(labels.get("alertname"), str):
-            raise invalid([FieldError(f"alerts[{index}].labels.alertname", "is required")])
-        annotations = alert.get("annotations") or {}
+        errors += _alert_errors(f"alerts[{index}]", alert)
+        if errors:
+            continue
+        labels, annotations = alert["labels"], alert.get("annotations") or {}
         status = alert.get("status")
         records.append(
             {
@@ -117,13 +124,39 @@ def notification_alerts(body: Any) -> tuple[str, list[dict[str, Any]]]:
                 "labels": {str(k): str(v) for k, v in labels.items()},
             }
         )
-    return receiver, records
+    if errors:
+        raise invalid(errors)
+    return str(body.get("receiver") or ""), records
+
+
+def _alert_errors(where: str, alert: Any) -> list[FieldError]:
+    if not isinstance(alert, dict):
+        return [FieldError(where, "must be an object")]
+    labels = alert.get("labels")
+    if not isinstance(labels, dict) or not isinstance(labels.get("alertname"), str):
+        return [FieldError(f"{where}.labels.alertname", "is required, a string")]
+    errors = []
+    for name in ("labels", "annotations"):
+        values = alert.get(name, {})
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            errors.append(FieldError(f"{where}.{name}", "must map names to strings"))
+    if "status" in alert and alert["status"] not in ("firing", "resolved"):
+        errors.append(FieldError(f"{where}.status", "must be firing or resolved"))
+    errors += [
+        FieldError(f"{where}.{name}", "must be a string")
+        for name in ("startsAt", "endsAt")
+        if name in alert and not isinstance(alert[name], str)
+    ]
+    return errors
 
 
 def add_operator_routes(app: QuartTrio, db: Database, max_body: int) -> None:
     @app.get("/tokens")
     async def list_tokens():
-        include = request.args.get("revoked") == "true"
+        revoked = request.args.getlist("revoked")
+        if any(v not in ("true", "false") for v in revoked) or len(revoked) > 1:
+            raise invalid([FieldError("revoked", "must be true or false, given once")])
+        include = revoked == ["true"]
         rows = await db.run(lambda conn: operators.tokens_list(conn, include_revoked=include))
         return {"tokens": [token_view(r) for r in rows]}
 

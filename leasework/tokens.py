@@ -21,6 +21,8 @@ from pathlib import Path
 PREFIX_CHARS = 8
 TOKEN_PATTERN = re.compile(r"^lw_([A-Za-z0-9]{8})_([A-Za-z0-9_-]{43})$")
 
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9_.:@-]{1,100}$"  # ci, deploy-bot, alice@example.com
+
 SCRYPT_N = 2**14
 SCRYPT_R = 8
 SCRYPT_P = 1

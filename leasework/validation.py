@@ -9,9 +9,13 @@ from typing import Any
 
 from leasework.app import App
 from leasework.errors import FieldError
-from leasework.submission import MAX_BATCH, JobRequest, request_errors
+from leasework.submission import MAX_BATCH, JobRequest, integral, request_errors
 
-RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-]\d{2}:\d{2})$")
+# RFC 3339 with an offset the store can keep (Postgres: under 16 hours either way)
+RFC3339_PATTERN = (
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-](0\d|1[0-5]):[0-5]\d)$"
+)
+RFC3339 = re.compile(RFC3339_PATTERN)
 KNOWN_FIELDS = frozenset(
     {
         "type",
@@ -28,7 +32,10 @@ BATCH_ITEM_FIELDS = KNOWN_FIELDS | {"idempotency_key"}
 
 def parse_run_at(raw: Any) -> datetime | FieldError:
     if not isinstance(raw, str) or not RFC3339.match(raw):
-        return FieldError("run_at", "must be RFC 3339 with an offset, e.g. 2026-01-02T03:04:05Z")
+        return FieldError(
+            "run_at",
+            "must be RFC 3339 with an offset under 16 hours, e.g. 2026-01-02T03:04:05Z",
+        )
     try:
         return datetime.fromisoformat(
             raw.replace("z", "Z").replace("Z", "+00:00").replace("t", "T")
@@ -65,8 +72,8 @@ def job_request(
         payload=body.get("payload", {}),
         run_at=run_at,
         delay_seconds=None if "run_at" in body else body.get("delay_seconds"),
-        max_attempts=body.get("max_attempts"),
-        timeout_seconds=body.get("timeout_seconds"),
+        max_attempts=integral(body.get("max_attempts")),
+        timeout_seconds=integral(body.get("timeout_seconds")),
         ordering_key=body.get("ordering_key"),
         idempotency_key=body.get("idempotency_key") if batch_item else idempotency_key,
     )
