@@ -1,7 +1,13 @@
-"""Which Prometheus alerts fired during a time window, read from the real Prometheus.
+"""Which Prometheus alerts fired during a time window, read from the real Prometheus, and
+which of them reached someone: a notification through Alertmanager to the api's webhook.
 
 Prometheus keeps the synthetic series ``ALERTS{alertname, alertstate}`` for every active
-alert; a range query over the window shows which reached ``firing`` and when first.
+alert; a range query over the window shows which reached ``firing`` and when first. Every
+Prometheus of the stack sends its alerts to the stack's Alertmanager, which routes each to
+the api's ``POST /alerts/webhook``; the api records it in ``alert_notifications`` with its
+labels, among them the sending Prometheus's external labels (``prometheus="scratch"`` and the
+run's ``scratch_run``), so :func:`first_deliveries` can pick the notifications one scratch
+Prometheus caused.
 
 Ask a Prometheus that has seen only the window in question (``Stack.scratch_prometheus``,
 :class:`RunPrometheus`): on the stack's long-lived one, alerts with long look-back windows
@@ -15,15 +21,21 @@ import contextlib
 import functools
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import psycopg
 import trio
+from psycopg.rows import dict_row
 
 from chaos.poll import poll
-from devstack.layout import PROMETHEUS_URL
+from devstack.layout import ALERT_RECEIVER, POSTGRES_DIRECT_DSN, PROMETHEUS_URL
+from devstack.services.prometheus import scratch_labels
+from leasework.store.operators import AlertNotification, alerts_list
 
 if TYPE_CHECKING:
     from chaos.stack import StackCalls
@@ -31,6 +43,9 @@ if TYPE_CHECKING:
 # how long to wait, after quiet, for an expected alert that has not fired yet: SLO burn
 # alerts fire only once the late jobs have started, then hold 1-2 min (`for:`)
 ALERT_PATIENCE = 150.0
+# how long to wait, once an alert has fired, for its notification: Prometheus sends it at
+# once, Alertmanager 1 s later (group_wait) and retries a failed webhook every 5 s
+DELIVERY_PATIENCE = 30.0
 
 
 def fired_between(
@@ -80,23 +95,80 @@ def firing_now(*, url: str = PROMETHEUS_URL) -> set[str]:
     }
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """An alert's first firing notification that reached the api through Alertmanager:
+    when the api recorded it, and when Prometheus says the alert started (its ``startsAt``,
+    the time it became firing). Unix times."""
+
+    alertname: str
+    received_at: float
+    starts_at: float | None
+
+
+def first_deliveries(
+    rows: Iterable[AlertNotification], labels: Mapping[str, str], since: float
+) -> dict[str, Delivery]:
+    """Alert name -> the first notification among ``rows`` that is firing, reached the
+    receiver ``leasework-api``, was received at or after ``since`` and carries every one
+    of ``labels`` (pure)."""
+    found: dict[str, Delivery] = {}
+    for row in rows:
+        received = row.received_at.timestamp()
+        if (
+            row.status != "firing"
+            or row.receiver != ALERT_RECEIVER
+            or received < since
+            or any(row.labels.get(k) != v for k, v in labels.items())
+        ):
+            continue
+        first = found.get(row.alertname)
+        if first is None or received < first.received_at:
+            starts = row.starts_at.timestamp() if row.starts_at is not None else None
+            found[row.alertname] = Delivery(row.alertname, received, starts)
+    return found
+
+
+def read_deliveries(run: str, since: float) -> dict[str, Delivery]:
+    """The first firing notification of each alert the scratch Prometheus of run ``run``
+    caused, received since ``since`` (blocking; read straight from Postgres)."""
+    with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
+        rows = alerts_list(conn, since=datetime.fromtimestamp(since, UTC), limit=10_000)
+    return first_deliveries(rows, scratch_labels(run), since)
+
+
+def wait_for_deliveries(
+    names: Collection[str], run: str, since: float, timeout: float = DELIVERY_PATIENCE
+) -> dict[str, Delivery]:
+    """Poll until a notification of every alert in ``names`` has arrived (or ``timeout``
+    passes); returns what arrived."""
+    return poll(
+        lambda: read_deliveries(run, since),
+        lambda delivered: set(names) <= delivered.keys(),
+        patience=timeout,
+        interval=1.0,
+    ).value
+
+
 class RunPrometheus:
     """A Prometheus of the run's own (``Stack.scratch_prometheus``): empty TSDB, the stack's
     targets and rules, started before the workload and stopped after the check. Alerts are
     judged on it, not on the stack's long-lived Prometheus, whose 10-minute to 3-day windows
     still hold earlier runs' faults: there, an alert already firing from the previous scenario
     could not be credited to this one, and a slow SLO burn left by it would show up here.
-    ``url`` is None when it could not start; the alert checks then say so (UNKNOWN)."""
+    ``url`` is None when it could not start; the alert checks then say so (UNKNOWN). Its
+    alerts reach Alertmanager labelled ``scratch_run=run``."""
 
-    def __init__(self, calls: StackCalls, say: Callable[[str], None]) -> None:
+    def __init__(self, calls: StackCalls, say: Callable[[str], None], run: str) -> None:
         self._calls = calls
         self._say = say
+        self.run = run
         self._workdir = tempfile.TemporaryDirectory(prefix="leasework-chaos-prometheus-")
         self._context: contextlib.AbstractContextManager[str] | None = None
         self.url: str | None = None
 
     async def start(self) -> None:
-        context = self._calls.stack.scratch_prometheus(Path(self._workdir.name))
+        context = self._calls.stack.scratch_prometheus(Path(self._workdir.name), run=self.run)
         try:
             self.url = await self._calls(context.__enter__)
         except Exception as exc:  # the run goes on; its alert expectations become UNKNOWN
@@ -136,4 +208,16 @@ class RunPrometheus:
                 wait = functools.partial(fired_between, start_epoch, time.time(), url=self.url)
             return await trio.to_thread.run_sync(wait)
         except (httpx.HTTPError, ValueError, KeyError):
+            return None
+
+    async def delivered(self, names: Collection[str], since: float) -> dict[str, Delivery] | None:
+        """The notifications of this run's alerts received since ``since``; waits up to
+        DELIVERY_PATIENCE for those of ``names``. None when they cannot be read."""
+        if self.url is None:
+            return None
+        wait = functools.partial(wait_for_deliveries, names, self.run, since)
+        try:
+            return await trio.to_thread.run_sync(wait)
+        except psycopg.Error as exc:
+            self._say(f"alerts: cannot read alert_notifications ({exc})")
             return None

@@ -48,8 +48,9 @@ class Finding:
 
     ``kind`` groups findings: the history checkers' ``lost``, ``doubled``, ``dead``,
     ``stray_effect``, ``mismatch``, ``rejected_landed``, ``not_due``, ``unkeyed``, ``empty``;
-    the judges' ``recovery``, ``alerts``, ``crash``, ``interference``, ``nemesis``,
-    ``evidence``, ``api_contract``, ``drain``; ``crashed`` for a checker that raised."""
+    the judges' ``recovery``, ``alerts``, ``alert_not_delivered``, ``crash``,
+    ``interference``, ``nemesis``, ``evidence``, ``api_contract``, ``drain``; ``crashed``
+    for a checker that raised."""
 
     kind: str
     valid: Validity

@@ -4,7 +4,9 @@ checks of what it saw, each a checker composed by name into one :class:`Judgemen
 :data:`EXPECTATIONS` judge the verdict: lost and doubled jobs are held to ``max_lost`` and
 ``max_doubled`` (with ``expect_doubled``, the unsafe run, a run *without* duplicate effects
 fails: the harness showed it cannot fail), every other finding of the history checkers counts
-as it is, and the recovery bound and the alerts that must fire are checked.
+as it is, and the recovery bound, the alerts that must fire and their notifications (each
+expected alert that fired must also have reached the api's webhook through Alertmanager, a
+finding of kind ``alert_not_delivered`` when it did not) are checked.
 
 :data:`HARNESS` judge what the runner saw besides (so that no run passes vacuously or on a
 stack someone else drove): a leasework process that crashed, interference, faults that did
@@ -35,11 +37,14 @@ if TYPE_CHECKING:
 class Evidence:
     """What a run is judged on: the history checkers' verdict, the scenario's expectations,
     and what the harness saw besides. ``alerts_fired`` None: the alerts were not read;
-    ``firing_at_start`` None: could not be read."""
+    ``alerts_delivered`` (the alerts whose notification reached the api through
+    Alertmanager) None: the notifications were not read; ``firing_at_start`` None: could not
+    be read."""
 
     verdict: Verdict
     expect: Expectations
     alerts_fired: Collection[str] | None = None
+    alerts_delivered: Collection[str] | None = None
     firing_at_start: Collection[str] | None = None
     view: ClientView | None = None
     drains: Sequence[Drain] = ()
@@ -150,12 +155,39 @@ def alerts_fired(e: Evidence) -> Iterator[Finding]:
             yield Finding("alerts", False, f"alert {name} did not fire")
 
 
+def alerts_delivered(e: Evidence) -> Iterator[Finding]:
+    """An expected alert that fired must have reached someone: its notification through
+    Alertmanager in the api's ``alert_notifications``. One that did not fire is the
+    ``alerts`` finding's, and alerts not read at all are ``alerts``' unknown."""
+    if not e.expect.alerts or e.alerts_fired is None:
+        return
+    fired = [name for name in e.expect.alerts if name in e.alerts_fired]
+    if not fired:
+        return
+    if e.alerts_delivered is None:
+        yield Finding(
+            "alert_not_delivered",
+            UNKNOWN,
+            f"alert_not_delivered: the notifications of {', '.join(fired)} were not read",
+        )
+        return
+    for name in fired:
+        if name not in e.alerts_delivered:
+            yield Finding(
+                "alert_not_delivered",
+                False,
+                f"alert_not_delivered: {name} fired in Prometheus but no notification of it "
+                "reached the api's webhook through Alertmanager",
+            )
+
+
 EXPECTATIONS: Mapping[str, Checker[Evidence]] = {
     "history": history_findings,
     "lost": lost_bound,
     "doubled": doubled_bound,
     "recovery": recovery_bound,
     "alerts": alerts_fired,
+    "alerts_delivered": alerts_delivered,
 }
 
 
@@ -302,9 +334,11 @@ def judge(
     expect: Expectations,
     *,
     alerts_fired: Collection[str] | None = None,
+    alerts_delivered: Collection[str] | None = None,
 ) -> Judgement:
     """Did the run meet its scenario's expectations (:data:`EXPECTATIONS` only)?"""
-    return Judgement.of(compose(EXPECTATIONS, Evidence(verdict, expect, alerts_fired)))
+    evidence = Evidence(verdict, expect, alerts_fired, alerts_delivered)
+    return Judgement.of(compose(EXPECTATIONS, evidence))
 
 
 def harness_findings(evidence: Evidence) -> tuple[Finding, ...]:

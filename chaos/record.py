@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from chaos.alerts import Delivery
     from chaos.history import Op
     from chaos.judge import Judgement
     from chaos.links import Link
@@ -45,15 +46,48 @@ class Setup:
         }
 
 
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class AlertDelivery:
+    """One alert's first notification through Alertmanager to the api's webhook: when
+    Prometheus had it firing (``fired``, seconds after the run's start, from ``ALERTS``;
+    ``starts_at``, the notification's own ``startsAt``) and when the api received it
+    (``received_at`` in UTC; ``received`` after the run's start, ``after_fault`` after its
+    first fault started)."""
+
+    fired: float | None
+    starts_at: str | None
+    received_at: str
+    received: float
+    after_fault: float | None
+
+    @classmethod
+    def of(
+        cls, d: Delivery, fired: float | None, start_epoch: float, fault_epoch: float | None
+    ) -> AlertDelivery:
+        return cls(
+            None if fired is None else round(fired - start_epoch, 1),
+            None if d.starts_at is None else _iso(d.starts_at),
+            _iso(d.received_at),
+            round(d.received_at - start_epoch, 1),
+            None if fault_epoch is None else round(d.received_at - fault_epoch, 1),
+        )
+
+
 @dataclass(frozen=True)
 class AlertsSeen:
     """The alerts the scenario expects, those already firing when the run started (None:
-    not readable) and those that fired during it, by seconds after its start (None: not
-    readable)."""
+    not readable), those that fired during it, by seconds after its start (None: not
+    readable), and the notifications of them that reached the api through Alertmanager
+    (None: not readable)."""
 
     expected: tuple[str, ...]
     firing_at_start: frozenset[str] | None
     fired: Mapping[str, float] | None
+    delivered: Mapping[str, AlertDelivery] | None = None
 
     @classmethod
     def of(
@@ -62,14 +96,26 @@ class AlertsSeen:
         firing_at_start: set[str] | None,
         fired: Mapping[str, float] | None,
         start_epoch: float,
+        delivered: Mapping[str, Delivery] | None = None,
+        fault_epoch: float | None = None,
     ) -> AlertsSeen:
-        """``fired``: alert name -> first Unix time it was firing."""
+        """``fired``: alert name -> first Unix time it was firing; ``delivered``: alert
+        name -> its first notification; ``fault_epoch``: when the first fault started."""
+        fired_at = fired or {}
         return cls(
             tuple(expected),
             frozenset(firing_at_start) if firing_at_start is not None else None,
             (
                 {name: round(t - start_epoch, 1) for name, t in sorted(fired.items())}
                 if fired is not None
+                else None
+            ),
+            (
+                {
+                    name: AlertDelivery.of(d, fired_at.get(name), start_epoch, fault_epoch)
+                    for name, d in sorted(delivered.items())
+                }
+                if delivered is not None
                 else None
             ),
         )
@@ -81,6 +127,11 @@ class AlertsSeen:
                 sorted(self.firing_at_start) if self.firing_at_start is not None else None
             ),
             "fired": dict(self.fired) if self.fired is not None else None,
+            "delivered": (
+                {name: dataclasses.asdict(d) for name, d in self.delivered.items()}
+                if self.delivered is not None
+                else None
+            ),
         }
 
 

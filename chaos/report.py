@@ -357,17 +357,7 @@ def details_markdown(record: RunDetails) -> str:
             f"{shop['emails']} email(s) for {shop['mail_calls']} call(s) "
             f"({shop['emails_called_again']} asked for again under the same idempotency key)."
         )
-    alert_info = details.get("alerts") or {}
-    fired_alerts = alert_info.get("fired")
-    if fired_alerts is None:
-        lines.append("Prometheus alerts could not be read.")
-    else:
-        shown = ", ".join(f"{n} (t={t:g}s)" for n, t in fired_alerts.items()) or "none"
-        already = ", ".join(alert_info.get("firing_at_start") or []) or "none"
-        lines.append(
-            f"Prometheus alerts firing during the run: {shown}; already firing when it "
-            f"started: {already}."
-        )
+    lines += alerts_markdown(details.get("alerts") or {})
     lines += ["", "### Recovery", ""]
     lines.append(
         "First finish: the checker's time from the heal to the first job finished after it. "
@@ -398,6 +388,38 @@ def details_markdown(record: RunDetails) -> str:
         f"Run took {details['seconds']:.0f}s (workload {details['workload_seconds']:.0f}s)."
     )
     return "\n".join(lines) + "\n"
+
+
+def alerts_markdown(alerts: Mapping[str, Any]) -> list[str]:
+    """The alerts that fired in the run's Prometheus, and those that reached the api's
+    webhook through Alertmanager, with their times."""
+    fired = alerts.get("fired")
+    if fired is None:
+        return ["Prometheus alerts could not be read."]
+    shown = ", ".join(f"{n} (t={t:g}s)" for n, t in fired.items()) or "none"
+    already = ", ".join(alerts.get("firing_at_start") or []) or "none"
+    lines = [
+        f"Prometheus alerts firing during the run: {shown}; already firing when it "
+        f"started: {already}.",
+        "",
+    ]
+    delivered = alerts.get("delivered")
+    if delivered is None:
+        return [*lines, "Alert notifications (`alert_notifications`) could not be read."]
+    lines.append(
+        "Alerts delivered through Alertmanager: the first firing notification of each, from "
+        "this run's Prometheus, that the api's webhook recorded (receiver `leasework-api`):"
+    )
+    rows = [
+        (n, d["fired"], d["starts_at"], d["received_at"], d["received"], d["after_fault"])
+        for n, d in delivered.items()
+    ]
+    headers = ("alert", "fired in Prometheus (t, s)", "startsAt", "received (UTC)")
+    lines += ["", *_table((*headers, "received (t, s)", "after fault start (s)"), rows)]
+    missing = [n for n in alerts.get("expected", ()) if n not in delivered]
+    if missing:
+        lines += ["", f"Expected and **not delivered**: {', '.join(missing)}."]
+    return lines
 
 
 def busy_cell(inj: Mapping[str, Any]) -> str:

@@ -49,7 +49,7 @@ from typing import Any
 import trio
 
 from chaos import nemeses
-from chaos.alerts import RunPrometheus
+from chaos.alerts import Delivery, RunPrometheus
 from chaos.generator import plan_submits
 from chaos.history import HistoryWriter, Recorder
 from chaos.judge import HARNESS, Evidence, Judgement, judge_run
@@ -176,7 +176,7 @@ async def run_scenario(
             await calls(restart_with, stack, name, env)
         setup = Setup(tuple(done), envs, tuple(links))
         # started before the run's clock, so the fault schedule is not shifted by its start-up
-        prometheus = RunPrometheus(calls, log)
+        prometheus = RunPrometheus(calls, log, run=prefix)
         await prometheus.start()
         try:
             run = _Run(scenario, calls, toxiproxy, envs, directory, prefix, seed, log)
@@ -208,6 +208,8 @@ class _Seen:
     tables: dict[str, Any]
     kafka_messages: list[dict[str, Any]] | None
     fired: dict[str, float] | None
+    delivered: dict[str, Delivery] | None  # notifications through Alertmanager, by alert
+    fault_epoch: float | None  # when the first fault started (None: none did)
     crashed: list[str]
     meddling: list[str]
 
@@ -320,6 +322,14 @@ class _Run:
             except Exception as exc:
                 log(f"kafka: cannot read the run's messages ({exc}); no message count")
         fired = await prometheus.fired_during(self.scenario.expect.alerts, start_epoch)
+        fault_epoch = self._first_fault_epoch()
+        delivered = await prometheus.delivered(
+            [name for name in self.scenario.expect.alerts if name in (fired or {})],
+            start_epoch if fault_epoch is None else fault_epoch,
+        )
+        if delivered is not None:
+            shown = [f"{n} (t={d.received_at - start_epoch:.1f}s)" for n, d in delivered.items()]
+            log(f"alerts: delivered through Alertmanager: {', '.join(shown) or 'none'}")
         restarted = {
             i.spec.target
             for i in nemesis.injections
@@ -337,9 +347,16 @@ class _Run:
             tables,
             kafka_messages,
             fired,
+            delivered,
+            fault_epoch,
             crashed,
             meddling,
         )
+
+    def _first_fault_epoch(self) -> float | None:
+        """Unix time the first fault of the run started (history time is since its start)."""
+        starts = [i.started_at for i in self.nemesis.injections if i.started_at is not None]
+        return self.run_started_at.timestamp() + min(starts) if starts else None
 
     def _record(
         self,
@@ -374,6 +391,7 @@ class _Run:
                 verdict,
                 scenario.expect,
                 alerts_fired=None if seen.fired is None else set(seen.fired),
+                alerts_delivered=None if seen.delivered is None else set(seen.delivered),
                 firing_at_start=seen.firing_at_start,
                 view=view,
                 drains=drains,
@@ -400,7 +418,12 @@ class _Run:
                 else None
             ),
             alerts=AlertsSeen.of(
-                scenario.expect.alerts, seen.firing_at_start, seen.fired, start_epoch
+                scenario.expect.alerts,
+                seen.firing_at_start,
+                seen.fired,
+                start_epoch,
+                seen.delivered,
+                seen.fault_epoch,
             ),
             counters_per_process=tracker.per_process(),
             scrape_failures=dict(self.sampler.failures),

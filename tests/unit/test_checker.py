@@ -526,7 +526,9 @@ def test_judge_bounds_lost_recovery_and_alerts():
     assert judge(verdict, Expectations()).passed is False
     assert judge(verdict, Expectations(max_lost=1, recovery_seconds=10)).passed is False
     assert judge(verdict, Expectations(max_lost=1, alerts=("X",))).passed == UNKNOWN
-    fired = judge(verdict, Expectations(max_lost=1, alerts=("X",)), alerts_fired=["X"])
+    fired = judge(
+        verdict, Expectations(max_lost=1, alerts=("X",)), alerts_fired=["X"], alerts_delivered=["X"]
+    )
     assert fired.passed is True
     missed = judge(verdict, Expectations(max_lost=1, alerts=("X",)), alerts_fired=[])
     assert missed.passed is False and missed.problems == ("alert X did not fire",)

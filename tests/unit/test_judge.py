@@ -4,7 +4,7 @@ with the expectations into one judgement."""
 
 from __future__ import annotations
 
-from chaos.checker import UNKNOWN
+from chaos.checker import UNKNOWN, compose
 from chaos.judge import EXPECTATIONS, HARNESS, Evidence, harness_findings, judge_run
 from chaos.loader import loads_scenario
 from chaos.messages import MessageView
@@ -86,3 +86,32 @@ def test_a_run_is_judged_on_its_expectations_then_on_the_harness_checks_by_name(
     assert by_name["lost"] is True and by_name["drain"] is True
     # without the crash the run shows nothing either way: unknown, never a pass
     assert judge_run(Evidence(empty_verdict(), Expectations(), view=VIEW)).passed == UNKNOWN
+
+
+def test_an_expected_alert_that_fired_must_also_have_reached_the_api_through_alertmanager():
+    expect = expectations('alerts = ["LeaseworkRelayStalled", "LeaseworkOutboxBacklog"]\n')
+    verdict = empty_verdict()
+
+    def delivery(fired, delivered):
+        composed = compose(
+            EXPECTATIONS,
+            Evidence(verdict, expect, alerts_fired=fired, alerts_delivered=delivered),
+        )
+        return composed["alerts_delivered"]
+
+    both = ["LeaseworkRelayStalled", "LeaseworkOutboxBacklog"]
+    assert delivery(both, both).valid is True
+    (lost,) = delivery(both, ["LeaseworkRelayStalled"]).findings
+    assert lost.kind == "alert_not_delivered" and lost.valid is False
+    assert "LeaseworkOutboxBacklog fired in Prometheus" in lost.message
+    # notifications not read: unknown, never a pass
+    (unread,) = delivery(both, None).findings
+    assert unread.kind == "alert_not_delivered" and unread.valid == UNKNOWN
+    # an alert that did not fire is the `alerts` judge's finding, not a second one here
+    assert delivery(["LeaseworkRelayStalled"], ["LeaseworkRelayStalled"]).valid is True
+    assert delivery(None, None).valid is True  # alerts not read at all: `alerts` says so
+    judgement = judge_run(
+        Evidence(verdict, expect, alerts_fired=both, alerts_delivered=[], view=VIEW)
+    )
+    kinds = [f.kind for f in judgement.findings]
+    assert kinds.count("alert_not_delivered") == 2 and judgement.passed is False
