@@ -19,6 +19,8 @@ APT_PACKAGES: dict[str, str] = {
     "amtool": "prometheus-alertmanager",
     "java": "default-jre-headless",
     "mvn": "maven",
+    # the console's browser tests (tests/integration/test_console.py) drive it with Playwright
+    "chromium": "chromium",
 }
 
 

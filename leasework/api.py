@@ -27,6 +27,7 @@ from leasework.app import TYPE_NAME_PATTERN, App
 from leasework.auth import Authenticator, RateLimiter, Routes
 from leasework.bodies import body_too_large, invalid, json_body, parse_body
 from leasework.config import Settings
+from leasework.console import add_console_routes
 from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.groupcommit import GroupCommit
@@ -201,6 +202,7 @@ def create_app(
     app = QuartTrio("leasework-api")
     app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_batch_bytes)
     add_ops_routes(app, health, settings.process_name)
+    add_console_routes(app, db=db, auth=auth, settings=settings)
     add_operator_routes(app, db, settings.max_body_bytes)
     defaults = Defaults(settings.default_max_attempts, settings.default_timeout_seconds)
     spec = openapi_document(jobs_app)

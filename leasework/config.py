@@ -128,6 +128,8 @@ class Settings:
     retain_cancelled: float | None = 7 * 86400.0
     retain_outbox: float | None = 3600.0
     prune_interval: float = 60.0
+    # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
+    prometheus_url: str = "http://127.0.0.1:9090"
 
 
 def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -209,6 +211,14 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
             "demonstrate that. Set LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS=yes as well to run it."
         )
     values["lease_mode"] = mode
+
+    if (prometheus := get("PROMETHEUS_URL")) is not None:
+        if not re.match(r"^https?://[^/\s]+", prometheus):
+            raise ConfigError(
+                f"LEASEWORK_PROMETHEUS_URL={prometheus!r} is not an http:// or https:// URL "
+                "(for example http://127.0.0.1:9090)"
+            )
+        values["prometheus_url"] = prometheus.rstrip("/")
 
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group

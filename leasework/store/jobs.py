@@ -142,9 +142,12 @@ def jobs_retry_matching(
     finished_before: datetime | None,
     limit: int,
     topic: str,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
 ) -> int:
     """Bulk retry: up to ``limit`` ``dead``/``cancelled`` jobs matching the filter, oldest
-    finish first. Rows another transaction holds are skipped, so two calls never double up."""
+    finish first. Rows another transaction holds are skipped, so two calls never double up.
+    Lower bounds are inclusive, upper bounds exclusive."""
     for status in statuses:
         transition(status, Status.QUEUED, requeue=True)
     row = conn.execute(
@@ -154,6 +157,9 @@ def jobs_retry_matching(
                   AND (%(type)s::text IS NULL OR type = %(type)s::text)
                   AND (%(after)s::timestamptz IS NULL OR finished_at >= %(after)s::timestamptz)
                   AND (%(before)s::timestamptz IS NULL OR finished_at < %(before)s::timestamptz)
+                  AND (%(c_after)s::timestamptz IS NULL OR created_at >= %(c_after)s::timestamptz)
+                  AND (%(c_before)s::timestamptz IS NULL
+                       OR created_at < %(c_before)s::timestamptz)
                 ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
             requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM picked WHERE jobs.id = picked.id
                          RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key),
@@ -164,6 +170,8 @@ def jobs_retry_matching(
             "type": job_type,
             "after": finished_after,
             "before": finished_before,
+            "c_after": created_after,
+            "c_before": created_before,
             "limit": limit,
             "topic": topic,
         },

@@ -43,6 +43,7 @@ def test_reads_every_documented_variable():
             "LEASEWORK_KAFKA_BROKERS": "a:1, b:2",
             "LEASEWORK_SHUTDOWN_TIMEOUT": "1.5m",
             "LEASEWORK_WORKER_CONCURRENCY": "3",
+            "LEASEWORK_PROMETHEUS_URL": "http://prom.internal:9090/",
         },
     )
     assert settings.log_level == "debug"
@@ -51,6 +52,8 @@ def test_reads_every_documented_variable():
     assert settings.kafka_brokers == ("a:1", "b:2")
     assert settings.shutdown_timeout == 90.0
     assert settings.worker_concurrency == 3
+    assert settings.prometheus_url == "http://prom.internal:9090"
+    assert load("api", {}).prometheus_url == "http://127.0.0.1:9090"
 
 
 @pytest.mark.parametrize(
@@ -65,6 +68,7 @@ def test_reads_every_documented_variable():
         ("LEASEWORK_WORKER_CONCURRENCY", "0", "out of range"),
         ("LEASEWORK_POSTGRES_DSN", "localhost", "neither a postgresql:// URL"),
         ("LEASEWORK_APP", "", "LEASEWORK_APP is not set"),
+        ("LEASEWORK_PROMETHEUS_URL", "127.0.0.1:9090", "is not an http:// or https:// URL"),
     ],
 )
 def test_invalid_values_are_rejected_with_the_variable_named(variable, value, message):

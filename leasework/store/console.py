@@ -1,0 +1,176 @@
+"""The operator console's reads: counts by type and status, filtered keyset pages of jobs, a
+job's attempts and fence rejections, the jobs running now with their leases, and the job
+types to filter by. Every function returns typed records; the console's actions use
+:mod:`leasework.store.jobs` (cancel, retry, bulk retry) and :mod:`.operators` (audit)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from leasework.job import Job
+from leasework.store.common import JOB_COLUMNS
+
+# the job timestamps a console filter may bound
+TIME_FIELDS = ("created_at", "finished_at")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What the console's jobs page (and its bulk retry) selects. Times bound ``time_field``:
+    ``since`` inclusive, ``until`` exclusive."""
+
+    status: str | None = None
+    job_type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    time_field: str = "created_at"
+
+    def __post_init__(self) -> None:
+        if self.time_field not in TIME_FIELDS:
+            raise ValueError(f"time_field must be one of {TIME_FIELDS}, not {self.time_field!r}")
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        """The WHERE clause (never empty: ``true`` at least) and its parameters."""
+        clauses = ["true"]
+        params: dict[str, Any] = {}
+        if self.status is not None:
+            clauses.append("status = %(status)s")
+            params["status"] = self.status
+        if self.job_type is not None:
+            clauses.append("type = %(type)s")
+            params["type"] = self.job_type
+        # time_field is one of TIME_FIELDS (checked above), never user text
+        if self.since is not None:
+            clauses.append(f"{self.time_field} >= %(since)s")
+            params["since"] = self.since
+        if self.until is not None:
+            clauses.append(f"{self.time_field} < %(until)s")
+            params["until"] = self.until
+        return " AND ".join(clauses), params
+
+
+def jobs_page(
+    conn: psycopg.Connection,
+    job_filter: JobFilter,
+    *,
+    before: tuple[datetime, uuid.UUID] | None,
+    limit: int,
+) -> list[Job]:
+    """Newest first, keyset on (created_at, id): ``before`` is the last row of the previous
+    page. Ask for one more than a page to know whether another follows."""
+    where, params = job_filter.where()
+    if before is not None:
+        where += " AND (created_at, id) < (%(before_at)s, %(before_id)s)"
+        params.update(before_at=before[0], before_id=before[1])
+    rows = conn.execute(
+        f"""SELECT {JOB_COLUMNS} FROM jobs WHERE {where}
+            ORDER BY created_at DESC, id DESC LIMIT %(limit)s""",
+        {**params, "limit": limit},
+    ).fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+def jobs_count(conn: psycopg.Connection, job_filter: JobFilter, *, up_to: int) -> int:
+    """How many jobs match, counted up to ``up_to`` (what a bulk retry's confirmation shows)."""
+    where, params = job_filter.where()
+    row = conn.execute(
+        f"SELECT count(*) AS n FROM (SELECT 1 FROM jobs WHERE {where} LIMIT %(up_to)s) AS m",
+        {**params, "up_to": up_to},
+    ).fetchone()
+    return int(row["n"])
+
+
+@dataclass(frozen=True)
+class TypeCounts:
+    """Jobs of one type by status (a status with no job is absent)."""
+
+    job_type: str
+    by_status: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+def job_counts(conn: psycopg.Connection) -> list[TypeCounts]:
+    """Every job type's count per status, by type name."""
+    rows = conn.execute(
+        "SELECT type, status, count(*) AS n FROM jobs GROUP BY type, status ORDER BY type"
+    ).fetchall()
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        counts.setdefault(r["type"], {})[r["status"]] = int(r["n"])
+    return [TypeCounts(t, by_status) for t, by_status in counts.items()]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    worker: str
+    fence: int
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str | None  # None: still running, or its worker died (the reaper closes it)
+    error: str | None
+
+
+def attempts_of(conn: psycopg.Connection, job_id: uuid.UUID) -> list[Attempt]:
+    rows = conn.execute(
+        """SELECT attempt, worker, fence, started_at, finished_at, outcome, error
+           FROM attempts WHERE job_id = %s ORDER BY attempt, id""",
+        (job_id,),
+    ).fetchall()
+    return [Attempt(**r) for r in rows]
+
+
+@dataclass(frozen=True)
+class FenceRejection:
+    fence: int
+    worker: str
+    outcome: str  # what the stale attempt would have written
+    at: datetime
+
+
+def fence_rejections_of(conn: psycopg.Connection, job_id: uuid.UUID) -> list[FenceRejection]:
+    rows = conn.execute(
+        """SELECT fence, worker, outcome, at FROM fence_rejections
+           WHERE job_id = %s ORDER BY at, id""",
+        (job_id,),
+    ).fetchall()
+    return [FenceRejection(**r) for r in rows]
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: uuid.UUID
+    type: str
+    attempt: int
+    fence: int
+    worker: str | None  # lease_owner
+    started_at: datetime | None
+    lease_expires_at: datetime | None  # what the last heartbeat wrote (the reaper reads it)
+    lease_left: float | None  # seconds until lease_expires_at, by the database's clock
+    cancel_requested: bool
+
+
+def jobs_running(conn: psycopg.Connection, *, limit: int) -> list[RunningJob]:
+    """Running jobs by worker, oldest start first, with their leases as Postgres knows them."""
+    rows = conn.execute(
+        """SELECT id, type, attempt, fence, lease_owner AS worker, started_at, lease_expires_at,
+                  extract(epoch FROM lease_expires_at - now())::float8 AS lease_left,
+                  cancel_requested
+           FROM jobs WHERE status = 'running'
+           ORDER BY lease_owner, started_at, id LIMIT %s""",
+        (limit,),
+    ).fetchall()
+    return [RunningJob(**r) for r in rows]
+
+
+def job_type_names(conn: psycopg.Connection) -> list[str]:
+    """The registered job types (what the jobs page's type filter offers)."""
+    return [r["name"] for r in conn.execute("SELECT name FROM job_types ORDER BY name")]
