@@ -84,27 +84,42 @@ async def register_types(db: Database, app: App, process_name: str) -> None:
             delay = min(10.0, delay * 2)
 
 
+class ApiParts:
+    """The api's ASGI app and the loops it needs (group commit, token reload, rate limits,
+    type registration), for the api and dev roles."""
+
+    def __init__(self, settings: Settings, db: Database, health: Health, app: App) -> None:
+        self.settings, self.db, self.app = settings, db, app
+        self.group = GroupCommit(db, settings.topic_ready)
+        self.auth = Authenticator(db)
+        self.limiter = RateLimiter(*settings.redis_addr)
+        self.asgi = api.create_app(
+            settings, db, health, app, self.group, auth=self.auth, limiter=self.limiter
+        )
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.group.run)
+        nursery.start_soon(self.auth.run)
+        nursery.start_soon(self.limiter.run)
+        nursery.start_soon(register_types, self.db, self.app, self.settings.process_name)
+
+
 async def run_api(settings: Settings, app: App) -> None:
     db = Database(settings.postgres_dsn, max_size=10, name="api")
     health = Health()
     health.add("postgres", postgres_probe(db))
-    group = GroupCommit(db, settings.topic_ready)
-    auth, limiter = Authenticator(db), RateLimiter(*settings.redis_addr)
-    web = api.create_app(settings, db, health, app, group, auth=auth, limiter=limiter)
+    web = ApiParts(settings, db, health, app)
     await db.open()
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(group.run)
-            nursery.start_soon(auth.run)
-            nursery.start_soon(limiter.run)
-            nursery.start_soon(register_types, db, app, settings.process_name)
+            await web.start(nursery)
             nursery.start_soon(relay.outbox_gauge_loop, db)
             await stopping.wait()
             nursery.cancel_scope.cancel()
 
     try:
-        await run_service(settings, health, body, app=web)
+        await run_service(settings, health, body, app=web.asgi)
     finally:
         await db.close()
 
@@ -155,24 +170,19 @@ async def run_dev(settings: Settings, app: App) -> None:
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
-    group = GroupCommit(db, settings.topic_ready)
-    auth, limiter = Authenticator(db), RateLimiter(*settings.redis_addr)
-    web = api.create_app(settings, db, health, app, group, auth=auth, limiter=limiter)
+    web = ApiParts(settings, db, health, app)
     await db.open()
     worker = Worker(settings, db, app)
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(group.run)
-            nursery.start_soon(auth.run)
-            nursery.start_soon(limiter.run)
-            nursery.start_soon(register_types, db, app, settings.process_name)
+            await web.start(nursery)
             nursery.start_soon(relay.run, settings, db, health.conditions, stopping)
             await worker.run(stopping)  # returns once drained after the signal
             nursery.cancel_scope.cancel()
 
     try:
-        await run_service(settings, health, body, app=web)
+        await run_service(settings, health, body, app=web.asgi)
     finally:
         await db.close()
 

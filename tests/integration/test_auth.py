@@ -206,3 +206,26 @@ def test_alert_notifications_need_the_alerts_scope_and_are_recorded(stack, token
         (note["alerts"][0]["labels"]["alertname"],),
     ).fetchone()
     assert row == {"status": "firing", "severity": "page", "summary": "a test", "ends_at": None}
+
+
+def test_the_token_cli_creates_lists_and_revokes(stack):
+    from tests.integration.test_application import run_cli
+
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    env = {"LEASEWORK_POSTGRES_DSN": stack.app_env("api")["LEASEWORK_POSTGRES_DSN"]}
+    created = run_cli("token", "create", "--name", name, "--scopes", "read", env=env)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert token.startswith("lw_") and "shown once" in created.stderr
+    assert request("GET", "/jobs?limit=1", token).status_code == 200
+    listed = run_cli("token", "list", env=env)
+    assert name in listed.stdout and token.split("_", 2)[2] not in listed.stdout
+    again = run_cli("token", "create", "--name", name, "--scopes", "read", env=env)
+    assert again.returncode == 1 and "revoke it first" in again.stderr
+    bad = run_cli("token", "create", "--name", "x", "--scopes", "everything", env=env)
+    assert bad.returncode == 2 and "choose from submit" in bad.stderr
+    assert run_cli("token", "revoke", name, env=env).returncode == 0
+    wait_for(lambda: request("GET", "/jobs?limit=1", token).status_code == 401, 5, "revoked")
+    # the CLI's own calls need a token: without one it says where to get it
+    refused = run_cli("list", env={"LEASEWORK_TOKEN": "", "LEASEWORK_TOKEN_FILE": "/nonexistent"})
+    assert refused.returncode == 1 and "LEASEWORK_TOKEN" in refused.stderr
