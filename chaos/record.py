@@ -56,7 +56,7 @@ class AlertDelivery:
     Prometheus had it firing (``fired``, seconds after the run's start, from ``ALERTS``;
     ``starts_at``, the notification's own ``startsAt``) and when the api received it
     (``received_at`` in UTC; ``received`` after the run's start, ``after_fault`` after its
-    first fault started)."""
+    first fault started, negative for an alert the workload tripped before the fault)."""
 
     fired: float | None
     starts_at: str | None
