@@ -193,8 +193,10 @@ def terminate(
         send(pid, signal.SIGKILL)
     wait_dead(pids, 5.0)
     for pid in pids:
+        leftovers = session_members(pid)
         signal_session(pid, signal.SIGKILL)
         reap(pid)
+        wait_dead(leftovers, 5.0)  # SIGKILL is delivered, not yet done, when kill() returns
 
 
 def pids_with_cwd(path: Path, proc: Path = Path("/proc")) -> list[int]:
