@@ -31,6 +31,8 @@ from leasework.tokens import Principal, fingerprint, prefix_of, verify_token
 log = logging.getLogger("leasework.auth")
 
 REFRESH_EVERY = 0.5  # seconds between reloads of the live token ids
+REFUSED_FOR = 60.0  # seconds a token that failed its hash check is refused without another
+REFUSED_MAX = 10_000  # such tokens remembered at once
 VERIFY_CONCURRENCY = 2  # scrypt checks at once (each ~16 MiB and tens of ms)
 
 
@@ -40,6 +42,9 @@ class Authenticator:
         self._verified: dict[str, Principal] = {}  # fingerprint -> principal
         self._live: set[str] | None = None  # token ids; None until the first reload
         self._used: set[str] = set()
+        # fingerprint -> until when: a wrong secret costs one scrypt check a minute, not one
+        # per request (a guessed prefix must not buy an attacker the api's CPU)
+        self._refused: dict[str, float] = {}
         self._limiter = trio.CapacityLimiter(VERIFY_CONCURRENCY)
 
     async def principal(self, token: str) -> Principal | None:
@@ -50,7 +55,7 @@ class Authenticator:
             self._used.add(known.token_id)
             return known
         prefix = prefix_of(token)
-        if prefix is None:
+        if prefix is None or self._refused.get(key, 0.0) > trio.current_time():
             return None
         row = await self.db.run(operators.token_by_prefix, prefix)
         if row is None:
@@ -59,6 +64,9 @@ class Authenticator:
             verify_token, token, row.token_hash, limiter=self._limiter
         )
         if not ok:
+            if len(self._refused) >= REFUSED_MAX:
+                self._refused.clear()
+            self._refused[key] = trio.current_time() + REFUSED_FOR
             return None
         principal = Principal(str(row.id), row.name, row.scopes, row.rate, row.burst)
         self._verified[key] = principal

@@ -115,7 +115,9 @@ class Guard:
             return
         method = scope["method"]
         token = bearer_token(scope["headers"])
-        principal = await self.auth.principal(token) if token else None
+        route = self.routes.match("GET" if method == "HEAD" else method, path)
+        guarded = route is not None and route.scope is not None
+        principal = await self.auth.principal(token) if token and guarded else None
         refused = refusal(method, path, self.routes, token, principal)
         if refused is None and principal is not None and self.limiter is not None:
             wait = await self.limiter.check(principal)
