@@ -26,15 +26,23 @@ The checkers (:data:`HISTORY_CHECKERS`), each on the same :class:`Observed` run:
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from chaos.checker import UNKNOWN, Checked, Checker, Finding, Result, Validity, compose
 from chaos.history import Op, Pair, fault_windows, submits_by_key
+from chaos.rows import (
+    ATTEMPT_COLUMNS,
+    EFFECT_COLUMNS,
+    EFFECT_KINDS,
+    as_datetime,
+    job_of,
+    percentile,
+    row_of,
+)
 from leasework.states import TERMINAL, WAITING, Status
 
 
@@ -140,66 +148,6 @@ class Verdict:
         }
 
 
-# ---------------------------------------------------------------- rows
-
-
-def _as_datetime(value: Any) -> datetime | None:
-    """A timestamp from the tables: a datetime or an ISO 8601 string; naive means UTC."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if not isinstance(value, datetime):
-        raise ValueError(f"expected a timestamp, got {value!r}")
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _row(row: Mapping[str, Any] | Sequence[Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """A table row given as a mapping, or as a tuple in the documented column order."""
-    if isinstance(row, Mapping):
-        missing = [n for n in names if n not in row]
-        if missing:
-            raise ValueError(f"row lacks {', '.join(missing)}: {dict(row)!r}")
-        return {n: row[n] for n in names}
-    if len(row) < len(names):
-        raise ValueError(f"row {tuple(row)!r} has fewer columns than ({', '.join(names)})")
-    return dict(zip(names, row, strict=False))
-
-
-JOB_COLUMNS = ("id", "type", "status")
-JOB_OPTIONAL = (
-    "attempt",
-    "max_attempts",
-    "idempotency_key",
-    "run_at",
-    "started_at",
-    "finished_at",
-    "created_at",
-    "last_error",
-)
-EFFECT_COLUMNS = ("job_id", "fence", "kind")  # fence None: the effect's writer records none
-# job types whose success must come with exactly one effect, and that effect's kind
-EFFECT_KINDS: dict[str, str] = {"ledger": "ledger", "send_receipt": "receipt"}
-ATTEMPT_COLUMNS = ("job_id", "attempt", "fence", "worker", "started_at", "outcome")
-
-
-def _job(row: Mapping[str, Any]) -> dict[str, Any]:
-    job = _row(row, JOB_COLUMNS)
-    job.update({n: row.get(n) for n in JOB_OPTIONAL})
-    job["id"] = str(job["id"])
-    for name in ("run_at", "started_at", "finished_at", "created_at"):
-        job[name] = _as_datetime(job[name])
-    return job
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """Nearest-rank percentile (0 < p <= 100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 def _seconds(moment: datetime, origin: datetime) -> float:
     return (moment - origin).total_seconds()
 
@@ -260,16 +208,16 @@ class Observed:
         quiet_at: float,
         run_started_at: datetime | str | None,
     ) -> Observed:
-        origin = _as_datetime(run_started_at)
-        table = [_job(row) for row in jobs]
+        origin = as_datetime(run_started_at)
+        table = [job_of(row) for row in jobs]
         by_key = {j["idempotency_key"]: j for j in table if j["idempotency_key"] is not None}
         effects_of: dict[str, list[dict[str, Any]]] = {}
         for row in effects:
-            effect = _row(row, EFFECT_COLUMNS)
+            effect = row_of(row, EFFECT_COLUMNS)
             effects_of.setdefault(str(effect["job_id"]), []).append(effect)
         attempts_of: dict[str, list[dict[str, Any]]] = {}
         for row in attempts:
-            attempt = _row(row, ATTEMPT_COLUMNS)
+            attempt = row_of(row, ATTEMPT_COLUMNS)
             attempts_of.setdefault(str(attempt["job_id"]), []).append(attempt)
         submits = {
             key: _Submit(
