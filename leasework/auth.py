@@ -215,21 +215,17 @@ class Routes:
                 self.routes.append(
                     Route(method.upper(), template, re.compile(regex), None if public else scope)
                 )
+        # the most specific first: a literal segment beats a parameter, as in any router
+        # (``/jobs/batch`` is not ``/jobs/{job_id}``)
+        self.routes.sort(key=lambda r: (r.template.count("{"), -len(r.template)))
 
     def _template(self, path: str) -> str | None:
-        """The most specific template ``path`` matches: a literal segment beats a parameter,
-        as in any router (``/jobs/batch`` is not ``/jobs/{job_id}``)."""
-        matching = {r.template for r in self.routes if r.pattern.match(path)}
-        if not matching:
-            return None
-        return min(matching, key=lambda t: (t.count("{"), -len(t)))
+        """The most specific template ``path`` matches."""
+        return next((r.template for r in self.routes if r.pattern.match(path)), None)
 
     def match(self, method: str, path: str) -> Route | None:
         template = self._template(path)
-        for route in self.routes:
-            if route.template == template and route.method == method:
-                return route
-        return None
+        return next((r for r in self.routes if r.template == template and r.method == method), None)
 
     def allowed(self, path: str) -> list[str]:
         """The methods the document defines for ``path`` (for a 405's ``Allow``)."""

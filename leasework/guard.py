@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from leasework import metrics
-from leasework.auth import Authenticator, RateLimiter, Routes
+from leasework.auth import Authenticator, RateLimiter, Route, Routes
 from leasework.problems import Problem
 from leasework.tokens import Principal
 
@@ -45,16 +45,22 @@ def unauthorized(detail: str, error: str) -> tuple[Problem, dict[str, str]]:
     return Problem(401, "unauthorized", "Unauthorized", detail), {"WWW-Authenticate": challenge}
 
 
+def operation(routes: Routes, method: str, path: str) -> Route | None:
+    """The document's operation for a request (HEAD is GET's)."""
+    return routes.match("GET" if method == "HEAD" else method, path)
+
+
 def refusal(
     method: str,
     path: str,
     routes: Routes,
     token: str | None,
     principal: Principal | None,
+    route: Route | None = None,
 ) -> tuple[Problem, dict[str, str]] | None:
     """The answer to refuse this request with, or None to let it through (pure: the token is
-    already looked up)."""
-    route = routes.match("GET" if method == "HEAD" else method, path)
+    already looked up; ``route``, the operation when the caller has found it already)."""
+    route = route or operation(routes, method, path)
     if route is None:
         allowed = routes.allowed(path)
         if not allowed:
@@ -115,10 +121,10 @@ class Guard:
             return
         method = scope["method"]
         token = bearer_token(scope["headers"])
-        route = self.routes.match("GET" if method == "HEAD" else method, path)
+        route = operation(self.routes, method, path)
         guarded = route is not None and route.scope is not None
         principal = await self.auth.principal(token) if token and guarded else None
-        refused = refusal(method, path, self.routes, token, principal)
+        refused = refusal(method, path, self.routes, token, principal, route)
         if refused is None and principal is not None and self.limiter is not None:
             wait = await self.limiter.check(principal)
             if wait is not None:
