@@ -34,13 +34,14 @@ from leasework.groupcommit import GroupCommit
 from leasework.guard import Guard
 from leasework.health import Health
 from leasework.job import Job
+from leasework.jsonlimits import whole_numbers
 from leasework.openapi import openapi_document
 from leasework.operator_api import actor, add_operator_routes
 from leasework.problems import Problem
 from leasework.service import add_ops_routes
 from leasework.states import RETRYABLE, Status
 from leasework.store import operators
-from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row, integral
+from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row
 from leasework.validation import batch_requests, job_request, parse_run_at
 
 log = logging.getLogger("leasework.api")
@@ -417,7 +418,7 @@ def create_app(
                 errors.append(FieldError(name, parsed.message))
                 parsed = None
             bounds[name] = parsed
-        limit = integral(1000 if body.get("limit") is None else body["limit"])
+        limit = whole_numbers(1000 if body.get("limit") is None else body["limit"])
         if (
             isinstance(limit, bool)
             or not isinstance(limit, int)

@@ -36,6 +36,7 @@ import pydantic
 import pydantic_core
 
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
+from leasework.jsonlimits import whole_numbers
 
 TYPE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 MAX_ATTEMPTS_LIMIT = 100
@@ -49,17 +50,6 @@ def _seconds(name: str, value: float | timedelta) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
         raise AppError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(seconds)
-
-
-def whole_numbers(value: Any) -> Any:
-    """``value`` with every float that is a whole number (``5.0``) as an int (pure; a copy)."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    if isinstance(value, list):
-        return [whole_numbers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: whole_numbers(v) for k, v in value.items()}
-    return value
 
 
 def pydantic_field_errors(exc: pydantic.ValidationError, prefix: str) -> list[FieldError]:

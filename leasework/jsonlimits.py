@@ -171,3 +171,15 @@ def payload_errors(value: Any, field: str = "payload") -> list[FieldError]:
                 )
             )
     return errors
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` with every float that is a whole number (``5.0``) as an int (pure; a copy):
+    JSON Schema calls 5.0 an integer, and so does every door."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    return value

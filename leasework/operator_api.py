@@ -19,10 +19,9 @@ from leasework.bodies import invalid, json_body
 from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.guard import principal_of
-from leasework.jsonlimits import storable_errors
+from leasework.jsonlimits import storable_errors, whole_numbers
 from leasework.problems import Problem
 from leasework.store import operators
-from leasework.submission import integral
 from leasework.tokens import TOKEN_NAME_PATTERN, TokenError, parse_scopes
 
 UNSET_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
@@ -68,7 +67,7 @@ def token_request(body: Any) -> tuple[str, frozenset[str], float | None, int | N
             scopes = parse_scopes(raw_scopes)
         except TokenError as exc:
             errors.append(FieldError("scopes", str(exc)))
-    rate, burst = body.get("rate"), integral(body.get("burst"))
+    rate, burst = body.get("rate"), whole_numbers(body.get("burst"))
     if rate is not None and (
         isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.001 <= rate <= 1e6
     ):
@@ -81,8 +80,6 @@ def token_request(body: Any) -> tuple[str, frozenset[str], float | None, int | N
         errors.append(FieldError("burst", "needs a rate"))
     if errors:
         raise invalid(errors)
-    if rate is not None and burst is None:
-        burst = max(1, int(rate))
     return name, scopes, rate, burst  # type: ignore[return-value]
 
 

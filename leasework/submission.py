@@ -50,14 +50,6 @@ class Defaults:
     timeout_seconds: int | None = None
 
 
-def integral(value: Any) -> Any:
-    """``value``, with a float that is a whole number (6.0) as the int it is: JSON Schema
-    calls 6.0 an integer, and so does the HTTP door."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    return value
-
-
 def _int_errors(name: str, value: Any, low: int, high: int) -> list[FieldError]:
     if value is None:
         return []

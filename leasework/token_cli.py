@@ -136,7 +136,7 @@ def _dispatch(
             print("leasework token: --rate must be above 0", file=sys.stderr)
             return 2
         rate = args.rate
-        burst = args.burst if args.burst is not None else (max(1, int(rate)) if rate else None)
+        burst = args.burst
     token, row = operators.token_create(
         conn, name=args.name, scopes=scopes, rate=rate, burst=burst, created_by=who
     )

@@ -9,7 +9,8 @@ from typing import Any
 
 from leasework.app import App
 from leasework.errors import FieldError
-from leasework.submission import MAX_BATCH, JobRequest, integral, request_errors
+from leasework.jsonlimits import whole_numbers
+from leasework.submission import MAX_BATCH, JobRequest, request_errors
 
 # RFC 3339 with an offset the store can keep (Postgres: under 16 hours either way)
 RFC3339_PATTERN = (
@@ -72,8 +73,8 @@ def job_request(
         payload=body.get("payload", {}),
         run_at=run_at,
         delay_seconds=None if "run_at" in body else body.get("delay_seconds"),
-        max_attempts=integral(body.get("max_attempts")),
-        timeout_seconds=integral(body.get("timeout_seconds")),
+        max_attempts=whole_numbers(body.get("max_attempts")),
+        timeout_seconds=whole_numbers(body.get("timeout_seconds")),
         ordering_key=body.get("ordering_key"),
         idempotency_key=body.get("idempotency_key") if batch_item else idempotency_key,
     )

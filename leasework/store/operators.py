@@ -71,8 +71,10 @@ def token_create(
     created_by: str,
 ) -> tuple[str, TokenRow]:
     """Make a token, store only its scrypt hash, record who made it: (the plaintext, shown
-    once, and its row). Raises ``psycopg.errors.UniqueViolation`` when a live token already
-    has ``name``."""
+    once, and its row). A rate without a burst gets a bucket of one second's requests.
+    Raises ``psycopg.errors.UniqueViolation`` when a live token already has ``name``."""
+    if rate is not None and burst is None:
+        burst = max(1, int(rate))
     token, prefix = new_token()
     row = token_insert(
         conn,
