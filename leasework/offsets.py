@@ -26,14 +26,18 @@ class OffsetTracker:
     def __init__(self) -> None:
         self._partitions: dict[int, _Partition] = {}
 
-    def start(self, partition: int, offset: int) -> None:
+    def start(self, partition: int, offset: int) -> bool:
+        """Track a message that arrived; True when it rewound the partition. librdkafka
+        rewinds a partition by itself (it was lost and fetched again from the committed
+        offset, with no revoke this side saw): the partition's tracking starts over. A
+        message of the old run that finishes later only ever stands for work already done,
+        so counting it in the new prefix never commits past unfinished work."""
         state = self._partitions.setdefault(partition, _Partition())
-        if state.arrived and offset <= state.arrived[-1]:
-            raise ValueError(
-                f"partition {partition}: offset {offset} arrived after {state.arrived[-1]}; "
-                "forget() the partition before a rewind"
-            )
+        rewound = bool(state.arrived) and offset <= state.arrived[-1]
+        if rewound:
+            state = self._partitions[partition] = _Partition(committed=state.committed)
         state.arrived.append(offset)
+        return rewound
 
     def finish(self, partition: int, offset: int) -> None:
         state = self._partitions.get(partition)

@@ -542,5 +542,9 @@ class Worker:
 
     def arrived(self, message: Message) -> Delivery:
         partition, offset = message.partition(), message.offset()
-        self.tracker.start(partition, offset)
+        if self.tracker.start(partition, offset):
+            log.warning(
+                "partition rewound without a revoke: its offsets are tracked afresh",
+                extra={"partition": partition, "offset": offset},
+            )
         return Delivery(partition, offset, decode(message.value()))
