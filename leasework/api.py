@@ -25,16 +25,17 @@ from werkzeug.exceptions import HTTPException
 from leasework import metrics, store
 from leasework.app import TYPE_NAME_PATTERN, App
 from leasework.auth import Authenticator, RateLimiter, Routes
-from leasework.bodies import body_too_large, invalid, json_body, parse_body
+from leasework.bodies import body_too_large, invalid, json_body, off_loop, parse_body
 from leasework.config import Settings
 from leasework.console import add_console_routes
 from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.groupcommit import GroupCommit
-from leasework.guard import Guard
+from leasework.guard import ClientGone, Guard
 from leasework.health import Health
 from leasework.job import Job
 from leasework.jsonlimits import whole_numbers
+from leasework.limits import MAX_BATCH_STRUCTURE, BodyLimits
 from leasework.openapi import openapi_document
 from leasework.operator_api import actor, add_operator_routes
 from leasework.problems import Problem
@@ -200,11 +201,22 @@ def create_app(
     """The api as an ASGI app: the guard (tokens, scopes, rate limits, 405s) in front of
     ``POST /jobs`` on a fast path of its own and the rest a Quart app. Single submits go
     through ``group``; the caller starts ``group.run``, ``auth.run`` and ``limiter.run``."""
-    app = QuartTrio("leasework-api")
-    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_batch_bytes)
-    add_ops_routes(app, health, settings.process_name)
-    add_console_routes(app, db=db, auth=auth, settings=settings)
-    add_operator_routes(app, db, settings.max_body_bytes)
+    limits = BodyLimits.from_settings(settings)
+    # no static folder: the console's stylesheet is the only file served, by its blueprint
+    app = QuartTrio("leasework-api", static_folder=None)
+    # the guard has capped every body already; Quart's own limits are the second line
+    app.config["MAX_CONTENT_LENGTH"] = limits.largest()
+    app.config["MAX_FORM_MEMORY_SIZE"] = limits.form
+    app.config["MAX_FORM_PARTS"] = 100
+    add_ops_routes(
+        app,
+        health,
+        settings.process_name,
+        metrics=settings.internal_addr is None,
+        detail=False,
+    )
+    add_console_routes(app, db=db, auth=auth, settings=settings, limiter=limiter)
+    add_operator_routes(app, db, limits)
     defaults = Defaults(settings.default_max_attempts, settings.default_timeout_seconds)
     spec = openapi_document(jobs_app)
 
@@ -215,7 +227,7 @@ def create_app(
     @app.errorhandler(HTTPException)
     async def on_http_error(exc: HTTPException):
         if exc.code == 413:
-            problem = body_too_large(app.config["MAX_CONTENT_LENGTH"])
+            problem = body_too_large(limits.for_request(None, request.method, request.path))
         elif exc.code == 405:
             problem = Problem(
                 405,
@@ -255,9 +267,9 @@ def create_app(
             ],
         }
 
-    async def insert_batch(jobs: list[JobRequest]) -> list[store.Inserted]:
-        rows = [insert_row(job, jobs_app, defaults) for job in jobs]
-
+    async def insert_batch(
+        jobs: list[JobRequest], rows: list[dict[str, Any]]
+    ) -> list[store.Inserted]:
         def write(conn: psycopg.Connection) -> list[store.Inserted]:
             inserted = store.jobs_insert(conn, rows, settings.topic_ready)
             for index, result in enumerate(inserted):
@@ -272,8 +284,10 @@ def create_app(
                 metrics.jobs_submitted.labels(metrics.type_label(job.type)).inc()
         return inserted
 
-    async def submit(content_type: str | None, raw: bytes, key: str | None):
-        """POST /jobs, answered by :class:`SubmitFastPath`: (view, status, headers)."""
+    def decode_submit(
+        content_type: str | None, raw: bytes, key: str | None
+    ) -> tuple[JobRequest, dict[str, Any]]:
+        """A single submit's body, checked, and its row (pure CPU: off the loop if large)."""
         body = parse_body(content_type, raw, settings.max_body_bytes)
         if key is not None and not 1 <= len(key) <= MAX_KEY_CHARS:
             raise Problem(
@@ -291,7 +305,12 @@ def create_app(
                     for e in parsed
                 ]
             )
-        inserted = await group.insert(insert_row(parsed, jobs_app, defaults))
+        return parsed, insert_row(parsed, jobs_app, defaults)
+
+    async def submit(content_type: str | None, raw: bytes, key: str | None):
+        """POST /jobs, answered by :class:`SubmitFastPath`: (view, status, headers)."""
+        parsed, row = await off_loop(len(raw), decode_submit, content_type, raw, key)
+        inserted = await group.insert(row)
         if inserted.conflict:
             raise conflict(parsed.idempotency_key, inserted.id)
         if not inserted.replay:
@@ -302,14 +321,24 @@ def create_app(
             headers["Idempotent-Replayed"] = "true"
         return view, 202, headers
 
-    @app.post("/jobs/batch")
-    async def submit_batch():
-        body = await json_body(settings.max_batch_bytes)
+    def decode_batch(
+        content_type: str | None, raw: bytes
+    ) -> tuple[list[JobRequest], list[dict[str, Any]]]:
+        """A batch body, checked, and its rows (pure CPU: off the loop if large)."""
+        body = parse_body(
+            content_type, raw, settings.max_batch_bytes, max_values=MAX_BATCH_STRUCTURE
+        )
         parsed = batch_requests(body, jobs_app)
         if parsed and isinstance(parsed[0], FieldError):
             raise invalid(parsed, "fix these items and resubmit the whole batch")  # type: ignore[arg-type]
         jobs: list[JobRequest] = parsed  # type: ignore[assignment]
-        inserted = await insert_batch(jobs)
+        return jobs, [insert_row(job, jobs_app, defaults) for job in jobs]
+
+    @app.post("/jobs/batch")
+    async def submit_batch():
+        raw = await request.get_data(as_text=False)
+        jobs, rows = await off_loop(len(raw), decode_batch, request.content_type, raw)
+        inserted = await insert_batch(jobs, rows)
         return {"jobs": [accepted_view(j, i) for j, i in zip(jobs, inserted, strict=True)]}, 202
 
     @app.get("/jobs/<job_id>")
@@ -393,7 +422,7 @@ def create_app(
 
     @app.post("/jobs/retry")
     async def retry_many():
-        body = await json_body(settings.max_body_bytes)
+        body = await json_body(limits.small)
         errors: list[FieldError] = []
         if not isinstance(body, dict):
             raise invalid([FieldError("(body)", "must be a JSON object of filters")])
@@ -455,11 +484,7 @@ def create_app(
         )
 
     fast = SubmitFastPath(app, submit, settings.max_body_bytes)
-    return Guard(fast, Routes(spec), auth, limiter)
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request body arrived: nothing to answer."""
+    return Guard(fast, Routes(spec), auth, limiter, limits)
 
 
 class SubmitFastPath:

@@ -1,9 +1,13 @@
 """Who may call the api: bearer tokens with scopes, a per-token rate limit, and the route
 table that says which scope each operation needs.
 
-* :class:`Authenticator` checks a token against its scrypt hash once, then remembers it; a
-  loop reloads the live token ids twice a second, so a revoked token stops working within a
-  second on every api process.
+* :class:`Authenticator` keeps every live token in memory, reloaded twice a second, so a
+  token is looked up by its prefix without a query (a stranger's token never reaches
+  Postgres) and a revoked one stops working within a second on every api process. A secret
+  is checked by HMAC (a microsecond); a token checked once is remembered; a wrong secret is
+  refused for a minute without another check; failed checks are counted
+  (``leasework_auth_failures_total{reason}``) and, past a few a second for one prefix,
+  answered after a delay.
 * :class:`RateLimiter` is a token bucket per token in Redis (one Lua script; concurrent checks
   share one call). A Redis outage lets requests through, counted and logged, and answers
   carry ``RateLimit-Status: unavailable``: it never costs a job.
@@ -26,71 +30,180 @@ import trio
 from leasework import metrics
 from leasework.db import Database
 from leasework.store import operators
-from leasework.tokens import Principal, fingerprint, prefix_of, verify_token
+from leasework.tokens import (
+    Principal,
+    fingerprint,
+    hash_token,
+    needs_rehash,
+    prefix_of,
+    verify_token,
+)
 
 log = logging.getLogger("leasework.auth")
 
-REFRESH_EVERY = 0.5  # seconds between reloads of the live token ids
-REFUSED_FOR = 60.0  # seconds a token that failed its hash check is refused without another
+REFRESH_EVERY = 0.5  # seconds between reloads of the live tokens
+REFUSED_FOR = 60.0  # seconds a token that failed its check is refused without another
 REFUSED_MAX = 10_000  # such tokens remembered at once
-VERIFY_CONCURRENCY = 2  # scrypt checks at once (each ~16 MiB and tens of ms)
+SLOW_VERIFY_CONCURRENCY = 2  # legacy scrypt checks at once (each ~16 MiB and tens of ms)
+# failed checks one prefix may cost per second (and in a burst) before its 401s are delayed
+FAILURES_PER_PREFIX = 5.0
+FAILURE_BURST = 20
+FAILURE_DELAY = 1.0  # seconds a throttled failure waits before its answer
+DELAYED_MAX = 256  # answers waiting at once; past that they are not delayed
+# an unknown prefix may be a token made a moment ago: it waits for the next reload but one
+# (shared by every request waiting, so still no query per request), at most this long
+UNKNOWN_WAIT = 2.0
+UNKNOWN_WAITING_MAX = 1_000
+
+
+class _Bucket:
+    """A token bucket on the Trio clock (per prefix, for failed checks)."""
+
+    __slots__ = ("tokens", "at")
+
+    def __init__(self, now: float) -> None:
+        self.tokens = float(FAILURE_BURST)
+        self.at = now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(FAILURE_BURST, self.tokens + (now - self.at) * FAILURES_PER_PREFIX)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
 
 
 class Authenticator:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._verified: dict[str, Principal] = {}  # fingerprint -> principal
-        self._live: set[str] | None = None  # token ids; None until the first reload
+        self._by_prefix: dict[str, operators.TokenRow] | None = None  # None until loaded
+        self._live: set[str] = set()  # token ids
+        self._key: bytes | None = None  # the deployment's HMAC key
         self._used: set[str] = set()
-        # fingerprint -> until when: a wrong secret costs one scrypt check a minute, not one
-        # per request (a guessed prefix must not buy an attacker the api's CPU)
-        self._refused: dict[str, float] = {}
-        self._limiter = trio.CapacityLimiter(VERIFY_CONCURRENCY)
+        self._rehash: dict[uuid.UUID, tuple[str, str]] = {}
+        self._refused: dict[str, float] = {}  # fingerprint -> until when
+        self._failures: dict[str, _Bucket] = {}  # prefix -> failed checks
+        self._delayed = 0
+        self._waiting = 0
+        self._running = False  # whether run() reloads
+        self._reloaded = trio.Event()  # set (and replaced) by every reload
+        self._loading = trio.Lock()
+        self._slow = trio.CapacityLimiter(SLOW_VERIFY_CONCURRENCY)
 
     async def principal(self, token: str) -> Principal | None:
         """The principal of a valid, live token; None for anything else."""
         key = fingerprint(token)
         known = self._verified.get(key)
-        if known is not None and (self._live is None or known.token_id in self._live):
+        if known is not None and self.is_live(known.token_id):
             self._used.add(known.token_id)
             return known
         prefix = prefix_of(token)
-        if prefix is None or self._refused.get(key, 0.0) > trio.current_time():
-            return None
-        row = await self.db.run(operators.token_by_prefix, prefix)
-        if row is None:
-            return None
-        ok = await trio.to_thread.run_sync(
-            verify_token, token, row.token_hash, limiter=self._limiter
-        )
+        if prefix is None:
+            return await self._failed("malformed", None)
+        if self._refused.get(key, 0.0) > trio.current_time():
+            return await self._failed("refused_again", prefix)
+        if self._by_prefix is None or self._key is None:
+            await self._first_load()
+        row = (self._by_prefix or {}).get(prefix)
+        if row is None and self._running and self._waiting < UNKNOWN_WAITING_MAX:
+            row = await self._after_two_reloads(prefix)
+        if row is None or self._key is None:
+            return await self._failed("unknown_prefix", prefix)
+        if needs_rehash(row.token_hash):
+            ok = await trio.to_thread.run_sync(
+                verify_token, token, row.token_hash, self._key, limiter=self._slow
+            )
+            if ok:
+                self._rehash[row.id] = (row.token_hash, hash_token(token, self._key))
+        else:
+            ok = verify_token(token, row.token_hash, self._key)
         if not ok:
             if len(self._refused) >= REFUSED_MAX:
                 self._refused.clear()
             self._refused[key] = trio.current_time() + REFUSED_FOR
-            return None
+            return await self._failed("wrong_secret", prefix)
         principal = Principal(str(row.id), row.name, row.scopes, row.rate, row.burst)
         self._verified[key] = principal
-        if self._live is not None:
-            self._live.add(principal.token_id)
         self._used.add(principal.token_id)
         return principal
 
+    async def _failed(self, reason: str, prefix: str | None) -> None:
+        """Count a failed check; past the prefix's budget, answer it a little later."""
+        metrics.auth_failures.labels(reason).inc()
+        if prefix is None:
+            return None
+        now = trio.current_time()
+        bucket = self._failures.get(prefix)
+        if bucket is None:
+            if len(self._failures) >= REFUSED_MAX:
+                self._failures.clear()
+            bucket = self._failures[prefix] = _Bucket(now)
+        if not bucket.take(now) and self._delayed < DELAYED_MAX:
+            metrics.auth_failures.labels("throttled").inc()
+            self._delayed += 1
+            try:
+                await trio.sleep(FAILURE_DELAY)
+            finally:
+                self._delayed -= 1
+        return None
+
+    async def _after_two_reloads(self, prefix: str) -> operators.TokenRow | None:
+        """The prefix's row once a reload that began after this request has finished: a
+        token made just before its first use is found, with no query of its own."""
+        self._waiting += 1
+        try:
+            with trio.move_on_after(UNKNOWN_WAIT):
+                for _ in range(2):
+                    await self._reloaded.wait()
+        finally:
+            self._waiting -= 1
+        return (self._by_prefix or {}).get(prefix)
+
     def is_live(self, token_id: str) -> bool:
-        return self._live is None or token_id in self._live
+        return self._by_prefix is None or token_id in self._live
+
+    def live_principal(self, token_id: str) -> Principal | None:
+        """The principal of a live token by id (the console's sessions carry the id)."""
+        for row in (self._by_prefix or {}).values():
+            if str(row.id) == token_id:
+                return Principal(str(row.id), row.name, row.scopes, row.rate, row.burst)
+        return None
+
+    async def _first_load(self) -> None:
+        """Before the first reload has run: one load, shared by every request waiting."""
+        async with self._loading:
+            if self._by_prefix is None or self._key is None:
+                try:
+                    await self.refresh_once()
+                except psycopg.Error as exc:
+                    log.warning("cannot load live tokens", extra={"error": str(exc)[:200]})
 
     async def refresh_once(self) -> None:
-        live = {str(i) for i in await self.db.run(operators.tokens_live_ids)}
-        self._live = live
-        for key, principal in list(self._verified.items()):
-            if principal.token_id not in live:
-                del self._verified[key]
         used, self._used = self._used, set()
-        if used:
-            await self.db.run(operators.tokens_touch, [uuid.UUID(i) for i in used])
+        rehash, self._rehash = self._rehash, {}
+
+        def reload(conn: psycopg.Connection) -> tuple[bytes, list[operators.TokenRow]]:
+            if rehash:
+                operators.tokens_rehash(conn, rehash)
+            if used:
+                operators.tokens_touch(conn, [uuid.UUID(i) for i in used])
+            return operators.token_key(conn), operators.tokens_live(conn)
+
+        self._key, rows = await self.db.run(reload)
+        self._by_prefix = {row.prefix: row for row in rows}
+        self._live = {str(row.id) for row in rows}
+        for key, principal in list(self._verified.items()):
+            if principal.token_id not in self._live:
+                del self._verified[key]
+        self._reloaded.set()
+        self._reloaded = trio.Event()
 
     async def run(self) -> None:
-        """Reload the live token ids every REFRESH_EVERY seconds. While the database cannot
-        be reached the last known set stands (revocations wait; nothing else does)."""
+        """Reload the live tokens every REFRESH_EVERY seconds. While the database cannot be
+        reached the last known set stands (revocations wait; nothing else does)."""
+        self._running = True
         while True:
             try:
                 await self.refresh_once()

@@ -6,6 +6,7 @@ process with a message that names the variable, what it holds and what it should
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -70,6 +71,24 @@ def parse_addr(name: str, raw: str) -> tuple[str, int]:
     return (host or "0.0.0.0"), int(port)
 
 
+def parse_networks(
+    name: str, raw: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``127.0.0.1, 10.0.0.0/8, ::1``: addresses or networks, comma-separated."""
+    networks = []
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise ConfigError(
+                f"{name}: {part!r} is not an IP address or network (for example 127.0.0.1 or "
+                "10.0.0.0/8)"
+            ) from None
+    return tuple(networks)
+
+
 def parse_int(name: str, raw: str, minimum: int, maximum: int) -> int:
     try:
         value = int(raw)
@@ -127,9 +146,22 @@ class Settings:
     retain_dead: float | None = 30 * 86400.0
     retain_cancelled: float | None = 7 * 86400.0
     retain_outbox: float | None = 3600.0
+    # relay: how long audit entries and Alertmanager's notifications are kept (None: for ever)
+    retain_audit: float | None = 90 * 86400.0
+    retain_alerts: float | None = 30 * 86400.0
     prune_interval: float = 60.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
+    # api: what one request may cost, besides the two body caps above (leasework.limits)
+    max_webhook_bytes: int = 262_144
+    max_form_bytes: int = 8_192
+    max_small_body_bytes: int = 65_536
+    body_read_timeout: float = 10.0
+    # api: the peers whose X-Forwarded-Proto is believed (a TLS-terminating proxy in front)
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # api: a second, internal listener for /metrics and the detailed /readyz; when set, the
+    # api port serves neither /metrics nor dependency errors
+    internal_addr: tuple[str, int] | None = None
 
 
 def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
@@ -182,6 +214,9 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         "RETAIN_DEAD": ("retain_dead", True),
         "RETAIN_CANCELLED": ("retain_cancelled", True),
         "RETAIN_OUTBOX": ("retain_outbox", True),
+        "RETAIN_AUDIT": ("retain_audit", True),
+        "RETAIN_ALERTS": ("retain_alerts", True),
+        "BODY_READ_TIMEOUT": ("body_read_timeout", False),
     }
     for suffix, (attr, allow_never) in durations.items():
         if (raw := get(suffix)) is not None:
@@ -196,6 +231,9 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, 86_400),
         "MAX_BODY_BYTES": ("max_body_bytes", 1024, 64 * 1_048_576),
         "MAX_BATCH_BYTES": ("max_batch_bytes", 1024, 256 * 1_048_576),
+        "MAX_WEBHOOK_BYTES": ("max_webhook_bytes", 1024, 64 * 1_048_576),
+        "MAX_FORM_BYTES": ("max_form_bytes", 1024, 1_048_576),
+        "MAX_SMALL_BODY_BYTES": ("max_small_body_bytes", 1024, 16 * 1_048_576),
     }
     for suffix, (attr, low, high) in integers.items():
         if (raw := get(suffix)) is not None:
@@ -219,6 +257,11 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
                 "(for example http://127.0.0.1:9090)"
             )
         values["prometheus_url"] = prometheus.rstrip("/")
+
+    if (proxies := get("TRUSTED_PROXIES")) is not None:
+        values["trusted_proxies"] = parse_networks("LEASEWORK_TRUSTED_PROXIES", proxies)
+    if internal := get("INTERNAL_ADDR"):
+        values["internal_addr"] = parse_addr("LEASEWORK_INTERNAL_ADDR", internal)
 
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group

@@ -100,6 +100,11 @@ jobs_deferred = Counter(
     "Jobs put back for later because this worker's app does not define their type",
 )
 jobs_pruned = Counter("leasework_jobs_pruned", "Finished jobs deleted by the pruner", ["status"])
+rows_pruned = Counter(
+    "leasework_rows_pruned",
+    "Rows the pruner deleted by age alone (outbox, audit_log, alert_notifications)",
+    ["table"],
+)
 worker_errors = Counter(
     "leasework_worker_errors",
     "Messages whose handling hit an unexpected error (a bug): left uncommitted, the worker lives",
@@ -121,3 +126,15 @@ rate_limited = Counter(
     "leasework_rate_limited", "Requests refused with 429 by a token's rate limit"
 )
 auth_refused = Counter("leasework_auth_refused", "Requests refused 401 or 403", ["status"])
+requests_refused = Counter(
+    "leasework_requests_refused",
+    "Requests the api's guard refused for their body (too large, too slow, too many large "
+    "ones at once) before any parser read it",
+    ["reason"],
+)
+auth_failures = Counter(
+    "leasework_auth_failures",
+    "Token checks that failed, by reason (malformed, unknown_prefix, wrong_secret, "
+    "refused_again: the same wrong token within a minute; throttled: answered late)",
+    ["reason"],
+)

@@ -14,6 +14,7 @@ from leasework.openapi_parts import REF, nullable
 from leasework.openapi_parts import json_response as _json
 from leasework.openapi_parts import problem as _problem
 from leasework.openapi_parts import ref as _ref
+from leasework.scopes import OPERATION_SCOPES
 from leasework.states import RETRYABLE, Status
 from leasework.submission import MAX_ATTEMPTS, MAX_BATCH, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
 
@@ -157,28 +158,9 @@ def openapi_document(app: App) -> dict:
     return document
 
 
-# Which scope each operation needs; None: public. Every operation must be listed (an endpoint
-# cannot be added unprotected: :func:`secured` raises, and so does the api's route table).
-OPERATION_SCOPES: dict[tuple[str, str], str | None] = {
-    ("/jobs", "post"): "submit",
-    ("/jobs/batch", "post"): "submit",
-    ("/jobs", "get"): "read",
-    ("/jobs/{job_id}", "get"): "read",
-    ("/job-types", "get"): "read",
-    ("/workers", "get"): "read",
-    ("/jobs/{job_id}/cancel", "post"): "cancel",
-    ("/jobs/{job_id}/retry", "post"): "cancel",
-    ("/jobs/retry", "post"): "cancel",
-    ("/tokens", "get"): "admin",
-    ("/tokens", "post"): "admin",
-    ("/tokens/{name}", "delete"): "admin",
-    ("/audit", "get"): "admin",
-    ("/alerts/webhook", "post"): "alerts",
-    ("/openapi.json", "get"): None,
-    ("/healthz", "get"): None,
-    ("/readyz", "get"): None,
-    ("/metrics", "get"): None,
-}
+# Which scope each operation needs is leasework.scopes.OPERATION_SCOPES (None: public). Every
+# operation must be listed (an endpoint cannot be added unprotected: :func:`secured` raises,
+# and so does the api's route table).
 
 _REFUSALS = {
     "401": _problem("No token, or a malformed, unknown or revoked one (`WWW-Authenticate`)"),

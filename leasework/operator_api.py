@@ -20,6 +20,7 @@ from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.guard import principal_of
 from leasework.jsonlimits import storable_errors, whole_numbers
+from leasework.limits import BodyLimits
 from leasework.problems import Problem
 from leasework.store import operators
 from leasework.tokens import TOKEN_NAME_PATTERN, TokenError, parse_scopes
@@ -147,7 +148,7 @@ def _alert_errors(where: str, alert: Any) -> list[FieldError]:
     return errors
 
 
-def add_operator_routes(app: QuartTrio, db: Database, max_body: int) -> None:
+def add_operator_routes(app: QuartTrio, db: Database, limits: BodyLimits) -> None:
     @app.get("/tokens")
     async def list_tokens():
         revoked = request.args.getlist("revoked")
@@ -159,7 +160,7 @@ def add_operator_routes(app: QuartTrio, db: Database, max_body: int) -> None:
 
     @app.post("/tokens")
     async def create_token():
-        name, scopes, rate, burst = token_request(await json_body(max_body))
+        name, scopes, rate, burst = token_request(await json_body(limits.small))
         who = actor()
 
         def create(conn: psycopg.Connection) -> tuple[str, operators.TokenRow]:
@@ -229,6 +230,6 @@ def add_operator_routes(app: QuartTrio, db: Database, max_body: int) -> None:
 
     @app.post("/alerts/webhook")
     async def alert_webhook():
-        receiver, records = notification_alerts(await json_body(max_body))
+        receiver, records = notification_alerts(await json_body(limits.webhook))
         count = await db.run(lambda conn: operators.alerts_record(conn, records, receiver))
         return {"recorded": count}, 200

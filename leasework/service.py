@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -28,7 +29,13 @@ log = logging.getLogger("leasework.service")
 HTTP_DRAIN_SECONDS = 3.0  # after the role drained, how long open HTTP requests may finish
 
 
-def add_ops_routes(app: QuartTrio, health: Health, process_name: str) -> None:
+def add_ops_routes(
+    app: QuartTrio, health: Health, process_name: str, *, metrics: bool = True, detail: bool = True
+) -> None:
+    """``/healthz``, ``/readyz`` and (with ``metrics``) ``/metrics``. Without ``detail``,
+    ``/readyz`` names the unavailable dependencies but not their errors (the api's port may
+    face a network; the errors are in the log and on the internal listener)."""
+
     @app.get("/healthz")
     async def healthz():
         return {"status": "alive", "process": process_name}
@@ -36,20 +43,32 @@ def add_ops_routes(app: QuartTrio, health: Health, process_name: str) -> None:
     @app.get("/readyz")
     async def readyz():
         ok, problems = health.ready()
-        body = {"status": "ready" if ok else "not ready", "process": process_name}
+        body: dict[str, Any] = {"status": "ready" if ok else "not ready", "process": process_name}
         if problems:
-            body["unavailable"] = problems
+            body["unavailable"] = problems if detail else {name: "unavailable" for name in problems}
         return body, (200 if ok else 503)
 
-    @app.get("/metrics")
-    async def metrics_endpoint():
-        return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+    if metrics:
+
+        @app.get("/metrics")
+        async def metrics_endpoint():
+            return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
 
 def ops_app(health: Health, process_name: str) -> QuartTrio:
-    app = QuartTrio(f"leasework-{process_name}")
+    app = QuartTrio(f"leasework-{process_name}", static_folder=None)
     add_ops_routes(app, health, process_name)
     return app
+
+
+# Hypercorn's limits, chosen (docs/design-decisions.md): a connection that sends nothing for
+# READ_TIMEOUT seconds is closed; an idle keep-alive connection after KEEP_ALIVE seconds;
+# request line plus headers may not pass MAX_INCOMPLETE bytes (h11); at most H2_STREAMS
+# streams per HTTP/2 connection. The body's own cap and deadline are the guard's.
+READ_TIMEOUT = 30
+KEEP_ALIVE = 5
+MAX_INCOMPLETE = 16 * 1024
+H2_STREAMS = 32
 
 
 def hypercorn_config(addr: tuple[str, int], graceful: float) -> HypercornConfig:
@@ -58,7 +77,10 @@ def hypercorn_config(addr: tuple[str, int], graceful: float) -> HypercornConfig:
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = min(graceful, HTTP_DRAIN_SECONDS)
-    config.keep_alive_timeout = 5
+    config.keep_alive_timeout = KEEP_ALIVE
+    config.read_timeout = READ_TIMEOUT
+    config.h11_max_incomplete_size = MAX_INCOMPLETE
+    config.h2_max_concurrent_streams = H2_STREAMS
     return config
 
 
@@ -92,18 +114,35 @@ class Stopping:
         await self._event.wait()
 
 
+async def serve_http(
+    app: QuartTrio,
+    config: HypercornConfig,
+    stopped: trio.Event,
+    done: trio.Event,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    try:
+        await hypercorn_serve(app, config, shutdown_trigger=stopped.wait, task_status=task_status)
+    finally:
+        done.set()
+
+
 async def run_service(
     settings: Settings,
     health: Health,
     body: Callable[[Stopping], Awaitable[None]],
     app: QuartTrio | None = None,
 ) -> None:
-    """Serve ops endpoints, run ``body`` and drain on SIGTERM within the shutdown timeout."""
-    if app is None:
-        app = ops_app(health, settings.process_name)
+    """Serve ops endpoints, run ``body`` and drain on SIGTERM within the shutdown timeout.
+    With ``app`` (the api's), the ops endpoints are its; ``LEASEWORK_INTERNAL_ADDR`` adds a
+    second listener with the ops endpoints alone."""
+    listeners: list[tuple[tuple[str, int], QuartTrio]] = []
+    if settings.ops_addr is not None:
+        listeners.append((settings.ops_addr, app or ops_app(health, settings.process_name)))
+    if settings.internal_addr is not None and app is not None:
+        listeners.append((settings.internal_addr, ops_app(health, settings.process_name)))
     stopping = Stopping()
     http_stopped = trio.Event()
-    http_done = trio.Event()
 
     async with trio.open_nursery() as nursery:
 
@@ -126,25 +165,19 @@ async def run_service(
         nursery.start_soon(watch_signals)
         nursery.start_soon(measure_event_loop_lag)
         await nursery.start(health.run)
-        if settings.ops_addr is not None:
-            config = hypercorn_config(settings.ops_addr, graceful=settings.shutdown_timeout)
-
-            async def serve_http(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                try:
-                    await hypercorn_serve(
-                        app, config, shutdown_trigger=http_stopped.wait, task_status=task_status
-                    )
-                finally:
-                    http_done.set()
-
-            await nursery.start(serve_http)
+        serving: list[trio.Event] = []
+        for addr, listener in listeners:
+            config = hypercorn_config(addr, graceful=settings.shutdown_timeout)
+            done = trio.Event()
+            serving.append(done)
+            await nursery.start(serve_http, listener, config, http_stopped, done)
             log.info("serving", extra={"addr": config.bind[0], "role": settings.role})
         await body(stopping)
         log.info("drained", extra={"reason": stopping.reason or "finished"})
         http_stopped.set()
-        if settings.ops_addr is not None:
-            # in-flight requests finish; idle keep-alive connections (Prometheus keeps one)
-            # must not hold the process for the whole shutdown timeout
-            with trio.move_on_after(HTTP_DRAIN_SECONDS):
-                await http_done.wait()
+        # in-flight requests finish; idle keep-alive connections (Prometheus keeps one) must
+        # not hold the process for the whole shutdown timeout
+        with trio.move_on_after(HTTP_DRAIN_SECONDS):
+            for done in serving:
+                await done.wait()
         nursery.cancel_scope.cancel()

@@ -1,6 +1,6 @@
 """``leasework token create|list|revoke|ensure``: API tokens, straight in the database
 (``$LEASEWORK_POSTGRES_DSN``), so the first admin token needs no token. The plaintext is
-printed once, at creation; only its scrypt hash is stored."""
+printed once, at creation; only its keyed hash is stored."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ensure.add_argument("--name", required=True)
     ensure.add_argument("--scopes", required=True)
     ensure.add_argument("--file", required=True)
+    ensure.add_argument("--rate", type=float, help="requests per second (default: unlimited)")
+    ensure.add_argument("--burst", type=int, help="bucket size (default: the rate)")
 
 
 def _write_secret(path: str, token: str) -> None:
@@ -49,7 +51,14 @@ def _write_secret(path: str, token: str) -> None:
     os.chmod(target, 0o600)
 
 
-def _is_live(conn: psycopg.Connection, path: str, name: str, scopes: frozenset[str]) -> bool:
+def _is_live(
+    conn: psycopg.Connection,
+    path: str,
+    name: str,
+    scopes: frozenset[str],
+    rate: float | None,
+    burst: int | None,
+) -> bool:
     try:
         token = Path(path).read_text().strip()
     except OSError:
@@ -60,7 +69,9 @@ def _is_live(conn: psycopg.Connection, path: str, name: str, scopes: frozenset[s
         row is not None
         and row.name == name
         and row.scopes == scopes
-        and verify_token(token, row.token_hash)
+        and row.rate == rate
+        and (burst is None or row.burst == burst)
+        and verify_token(token, row.token_hash, operators.token_key(conn))
     )
 
 
@@ -123,20 +134,17 @@ def _dispatch(
         operators.audit_add(conn, who, "token-revoke", row.name)
         print(f"revoked {row.name} ({row.id}); the api refuses it within a second", file=sys.stderr)
         return 0
+    if args.burst is not None and args.rate is None:
+        print("leasework token: --burst needs --rate", file=sys.stderr)
+        return 2
+    if args.rate is not None and args.rate <= 0:
+        print("leasework token: --rate must be above 0", file=sys.stderr)
+        return 2
+    rate, burst = args.rate, args.burst
     if command == "ensure":
-        if _is_live(conn, args.file, args.name, scopes):
+        if _is_live(conn, args.file, args.name, scopes, rate, burst):
             return 0
         operators.token_revoke(conn, args.name)  # a stale file's token, or a lost one
-        rate = burst = None
-    else:
-        if args.burst is not None and args.rate is None:
-            print("leasework token: --burst needs --rate", file=sys.stderr)
-            return 2
-        if args.rate is not None and args.rate <= 0:
-            print("leasework token: --rate must be above 0", file=sys.stderr)
-            return 2
-        rate = args.rate
-        burst = args.burst
     token, row = operators.token_create(
         conn, name=args.name, scopes=scopes, rate=rate, burst=burst, created_by=who
     )

@@ -1,10 +1,13 @@
 """API tokens (pure): their format, their slow hash, their scopes.
 
 A token reads ``lw_<prefix>_<secret>``: the 8-character prefix finds its row, the secret is
-checked against a scrypt hash of the whole token (Python's ``hashlib.scrypt``, salted, n=2^14,
-r=8, p=1: about 16 MiB and tens of milliseconds per check, which is why the api remembers a
-token it has verified). The plaintext is shown once, at creation, and never stored.
-Comparisons are constant-time (``hmac.compare_digest``).
+checked against a keyed hash of the whole token, HMAC-SHA-256 under a per-deployment key
+(``leasework_secrets``, :data:`HMAC_SECRET_NAME`). The secret is 256 random bits, so no
+guessing can be helped by a slow hash: a check costs a microsecond, and a stranger's wrong
+secret costs the api nothing worth stalling for. Rows made before this (a salted scrypt hash,
+tens of milliseconds and 16 MiB a check) are still accepted and rewritten as HMAC on their
+first good use (:func:`needs_rehash`). The plaintext is shown once, at creation, and never
+stored. Comparisons are constant-time (``hmac.compare_digest``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ PREFIX_CHARS = 8
 TOKEN_PATTERN = re.compile(r"^lw_([A-Za-z0-9]{8})_([A-Za-z0-9_-]{43})$")
 
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9_.:@-]{1,100}$"  # ci, deploy-bot, alice@example.com
+
+HMAC_SCHEME = "hmac-sha256"
+HMAC_SECRET_NAME = "token-hmac"  # the key's name in leasework_secrets
 
 SCRYPT_N = 2**14
 SCRYPT_R = 8
@@ -72,16 +78,31 @@ def _scrypt(token: str, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(token.encode(), salt=salt, n=n, r=r, p=p, maxmem=64 * 1024 * 1024)
 
 
-def hash_token(token: str) -> str:
-    """``scrypt$n$r$p$salt$hash`` (base64): what the tokens table stores."""
+def hash_token(token: str, key: bytes) -> str:
+    """``hmac-sha256$<base64>``: what the tokens table stores."""
+    digest = hmac.new(key, token.encode(), hashlib.sha256).digest()
+    return f"{HMAC_SCHEME}${base64.b64encode(digest).decode()}"
+
+
+def needs_rehash(stored: str) -> bool:
+    """Whether a stored hash is of the earlier, slow kind (rewritten on first good use)."""
+    return not stored.startswith(HMAC_SCHEME + "$")
+
+
+def hash_token_scrypt(token: str) -> str:
+    """``scrypt$n$r$p$salt$hash`` (base64): what tokens made before the HMAC hash store;
+    still verified, never written by leasework any more (kept to test the migration)."""
     salt = secrets.token_bytes(16)
     digest = _scrypt(token, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)
     b64 = base64.b64encode
     return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${b64(salt).decode()}${b64(digest).decode()}"
 
 
-def verify_token(token: str, stored: str) -> bool:
-    """Whether ``token`` is the one ``stored`` was made from (constant-time compare)."""
+def verify_token(token: str, stored: str, key: bytes) -> bool:
+    """Whether ``token`` is the one ``stored`` was made from (constant-time compare). A
+    scrypt hash takes tens of milliseconds: call that one in a thread (see needs_rehash)."""
+    if not needs_rehash(stored):
+        return hmac.compare_digest(hash_token(token, key), stored)
     try:
         scheme, n, r, p, salt, digest = stored.split("$")
         if scheme != "scrypt":

@@ -212,9 +212,11 @@ def run_migrate(
 
 
 # (name, scopes, the Layout property naming its file): the tokens `up` keeps live
-STACK_TOKENS = (
-    ("dev", "admin", "dev_token_file"),
-    ("alertmanager", "alerts", "alertmanager_token_file"),
+# name, scopes, the layout's file for it, its rate limit (requests/s, burst; None: unlimited):
+# Alertmanager's webhook token is metered like any caller's, high above what it sends
+STACK_TOKENS: tuple[tuple[str, str, str, tuple[float, int] | None], ...] = (
+    ("dev", "admin", "dev_token_file", None),
+    ("alertmanager", "alerts", "alertmanager_token_file", (20.0, 200)),
 )
 
 
@@ -222,9 +224,11 @@ def ensure_tokens(layout: Layout, extra_env: Mapping[str, str] | None = None) ->
     """Keep each of :data:`STACK_TOKENS` live, its plaintext in its file (mode 0600):
     ``leasework token ensure`` creates it when the file is missing or its token is no longer
     live (a fresh database), and leaves it alone otherwise."""
-    for name, scopes, attribute in STACK_TOKENS:
+    for name, scopes, attribute, rate in STACK_TOKENS:
         path = getattr(layout, attribute)
         args = ["token", "ensure", "--name", name, "--scopes", scopes, "--file", str(path)]
+        if rate is not None:
+            args += ["--rate", str(rate[0]), "--burst", str(rate[1])]
         run_to_completion(layout, args, "migrate", extra_env, 60.0)
 
 

@@ -9,6 +9,7 @@ effect."""
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
 
 from leasework import store
-from leasework.auth import Authenticator
+from leasework.auth import Authenticator, RateLimiter
 from leasework.config import Settings
 from leasework.console import filters, prometheus
 from leasework.console.charts import line_chart
@@ -43,14 +44,16 @@ from leasework.console.session import (
     same_origin,
 )
 from leasework.db import Database
+from leasework.guard import rate_limited
+from leasework.scopes import JOB_AUDIT_SCOPE, console_scope
 from leasework.states import RETRYABLE, TERMINAL, Status
 from leasework.store import console as queries
 from leasework.store import operators
 
 log = logging.getLogger("leasework.console")
 
-VIEW_SCOPE = "read"
-ACTION_SCOPE = "cancel"  # cancel, retry and bulk retry
+VIEW_SCOPE = "read"  # the least a session needs (leasework.scopes has each page's)
+ACTION_SCOPE = console_scope("cancel")  # cancel, retry and bulk retry
 SHOWN_BYTES = 65_536  # of a payload or result on the job's page
 RUNNING_SHOWN = 2_000  # running jobs on the workers page
 WORKER_STALE = 15.0  # seconds without a heartbeat before a worker is shown as stale
@@ -80,11 +83,14 @@ NOTICES = {
 class ConsoleError(Exception):
     """A request the console refuses, shown as a page with this status and message."""
 
-    def __init__(self, status: int, title: str, message: str) -> None:
+    def __init__(
+        self, status: int, title: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.title = title
         self.message = message
+        self.headers = headers or {}
 
 
 def no_such_job(jid: uuid.UUID) -> ConsoleError:
@@ -137,10 +143,17 @@ def _percent(value: float | None, digits: int = 2) -> str:
 
 
 class Console:
-    def __init__(self, db: Database, auth: Authenticator, settings: Settings) -> None:
+    def __init__(
+        self,
+        db: Database,
+        auth: Authenticator,
+        settings: Settings,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self.db = db
         self.auth = auth
         self.settings = settings
+        self.limiter = limiter
         self._codec: SessionCodec | None = None
 
     async def codec(self) -> SessionCodec:
@@ -152,8 +165,12 @@ class Console:
     # ------------------------------------------------------------ the gate
 
     async def authenticate(self) -> Response | None:
-        """Before every console request but the login page and the stylesheet."""
-        if request.endpoint in ("console.login", "console.static"):
+        """Before every console request but the login page and the stylesheet: a live
+        session whose token has the endpoint's scope (:func:`leasework.scopes.console_scope`,
+        the same as its API twin's), within the token's rate limit."""
+        endpoint = (request.endpoint or "console.not_found").removeprefix("console.")
+        needs = console_scope(endpoint)
+        if needs is None:
             return None
         codec = await self.codec()
         session = codec.loads(request.cookies.get(COOKIE))
@@ -163,9 +180,21 @@ class Console:
                 response.delete_cookie(COOKIE, path=COOKIE_PATH)
                 return response
             raise ConsoleError(403, "Not logged in", "Your session ended; log in again.")
-        if not session.allows(VIEW_SCOPE):
-            raise ConsoleError(403, "Forbidden", f"Token {session.name!r} lacks scope 'read'.")
         g.session = session
+        if not session.allows(needs):
+            have = ", ".join(sorted(session.scopes))
+            raise ConsoleError(
+                403,
+                "Forbidden",
+                f"Token {session.name!r} has scopes {have}; this page needs {needs!r} "
+                "(or admin), as its API operation does.",
+            )
+        principal = self.auth.live_principal(session.token_id)
+        if principal is not None and self.limiter is not None:
+            refused = await rate_limited(self.limiter, principal)
+            if refused is not None:
+                problem, headers = refused
+                raise ConsoleError(429, "Too many requests", problem.detail, headers)
         if request.method == "POST":
             form = await request.form
             if not same_origin(request.headers.get("Origin"), request.host):
@@ -179,17 +208,6 @@ class Console:
                 )
         return None
 
-    def require(self, scope: str) -> Session:
-        session: Session = g.session
-        if not session.allows(scope):
-            have = ", ".join(sorted(session.scopes))
-            raise ConsoleError(
-                403,
-                "Forbidden",
-                f"Token {session.name!r} has scopes {have}; this needs {scope!r} (or admin).",
-            )
-        return session
-
     # ------------------------------------------------------------ rendering
 
     async def page(self, template: str, status: int = 200, **context: Any) -> Response:
@@ -199,6 +217,9 @@ class Console:
             session=session,
             csrf_field=CSRF_FIELD,
             can_act=session is not None and session.allows(ACTION_SCOPE),
+            can_see=lambda endpoint: (
+                session is not None and session.allows(console_scope(endpoint) or VIEW_SCOPE)
+            ),
             **context,
         )
         return Response(body, status=status, content_type="text/html; charset=utf-8")
@@ -256,7 +277,16 @@ class Console:
         return response
 
     def secure(self) -> bool:
-        return request.scheme == "https"
+        """Whether the browser reached us over TLS: directly, or through a proxy the
+        operator declared trusted (``LEASEWORK_TRUSTED_PROXIES``) that says so."""
+        if request.scheme == "https":
+            return True
+        client = request.scope.get("client")
+        return (
+            client is not None
+            and trusted_peer(client[0], self.settings.trusted_proxies)
+            and request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+        )
 
     async def logout(self) -> Response:
         session: Session = g.session
@@ -363,13 +393,15 @@ class Console:
         job, attempts, rejections, audit = await self.db.run(read)
         if job is None:
             raise no_such_job(jid)
+        audit_shown = g.session.allows(JOB_AUDIT_SCOPE)
         return await self.page(
             "job.html",
             nav="jobs",
             job=job,
             attempts=attempts,
             rejections=rejections,
-            audit=audit,
+            audit=audit if audit_shown else [],
+            audit_shown=audit_shown,
             cancellable=job.status not in TERMINAL,
             retryable=job.status in RETRYABLE,
             notice=NOTICES.get(request.args.get("notice", "")),
@@ -427,7 +459,7 @@ class Console:
         change: Callable[[psycopg.Connection, uuid.UUID], store.CancelResult | store.RetryResult],
     ) -> Response:
         """GET: the confirmation page; POST: ``change`` and its audit row, one transaction."""
-        session = self.require(ACTION_SCOPE)
+        session: Session = g.session
         jid = _job_id(job_id)
         if request.method == "GET":
             return await self.confirm_one(jid, action)
@@ -457,7 +489,7 @@ class Console:
         )
 
     async def retry_many(self) -> Response:
-        session = self.require(ACTION_SCOPE)
+        session: Session = g.session
         source: MultiDict = request.args if request.method == "GET" else await request.form
         job_filter, errors = filters.parse_job_filter(source)
         refusal = filters.bulk_retry_refusal(job_filter)
@@ -502,7 +534,9 @@ class Console:
     # ------------------------------------------------------------ errors, headers
 
     async def on_console_error(self, exc: ConsoleError) -> Response:
-        return await self.page("error.html", exc.status, title=exc.title, message=exc.message)
+        response = await self.page("error.html", exc.status, title=exc.title, message=exc.message)
+        response.headers.update(exc.headers)
+        return response
 
     async def on_database_error(self, exc: psycopg.Error) -> Response:
         log.warning("console: database unavailable", extra={"error": str(exc)[:300]})
@@ -554,8 +588,21 @@ class Console:
         return bp
 
 
+def trusted_peer(address: str, trusted: tuple[Any, ...]) -> bool:
+    try:
+        peer = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(peer in network for network in trusted)
+
+
 def add_console_routes(
-    app: QuartTrio, *, db: Database, auth: Authenticator, settings: Settings
+    app: QuartTrio,
+    *,
+    db: Database,
+    auth: Authenticator,
+    settings: Settings,
+    limiter: RateLimiter | None = None,
 ) -> None:
     """Mount the console at ``/ui`` (see the module docstring)."""
-    app.register_blueprint(Console(db, auth, settings).blueprint())
+    app.register_blueprint(Console(db, auth, settings, limiter).blueprint())

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from leasework.tokens import hash_token, new_token
+from leasework.tokens import HMAC_SECRET_NAME, hash_token, new_token
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def token_create(
     burst: int | None,
     created_by: str,
 ) -> tuple[str, TokenRow]:
-    """Make a token, store only its scrypt hash, record who made it: (the plaintext, shown
+    """Make a token, store only its keyed hash, record who made it: (the plaintext, shown
     once, and its row). A rate without a burst gets a bucket of one second's requests.
     Raises ``psycopg.errors.UniqueViolation`` when a live token already has ``name``."""
     if rate is not None and burst is None:
@@ -80,7 +80,7 @@ def token_create(
         conn,
         name=name,
         prefix=prefix,
-        token_hash=hash_token(token),
+        token_hash=hash_token(token, token_key(conn)),
         scopes=scopes,
         rate=rate,
         burst=burst,
@@ -120,10 +120,28 @@ def token_revoke(conn: psycopg.Connection, name_or_id: str) -> TokenRow | None:
     return None if row is None else TokenRow.from_row(row)
 
 
-def tokens_live_ids(conn: psycopg.Connection) -> set[uuid.UUID]:
-    """Ids of every live token: what the api's cache of verified tokens is checked against."""
-    rows = conn.execute("SELECT id FROM api_tokens WHERE revoked_at IS NULL").fetchall()
-    return {r["id"] for r in rows}
+def tokens_live(conn: psycopg.Connection) -> list[TokenRow]:
+    """Every live token: the api keeps them in memory, so a token's prefix is looked up
+    without a query (a stranger's token never reaches Postgres)."""
+    rows = conn.execute(
+        f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE revoked_at IS NULL"
+    ).fetchall()
+    return [TokenRow.from_row(r) for r in rows]
+
+
+def token_key(conn: psycopg.Connection) -> bytes:
+    """The deployment's key for token hashes (made on first use)."""
+    return secret(conn, HMAC_SECRET_NAME).encode()
+
+
+def tokens_rehash(conn: psycopg.Connection, hashes: dict[uuid.UUID, tuple[str, str]]) -> None:
+    """Replace slow hashes by keyed ones: token id -> (the hash checked, the new hash); a row
+    whose hash changed meanwhile is left alone."""
+    for token_id, (old, new) in hashes.items():
+        conn.execute(
+            "UPDATE api_tokens SET token_hash = %s WHERE id = %s AND token_hash = %s",
+            (new, token_id, old),
+        )
 
 
 def tokens_touch(conn: psycopg.Connection, ids: list[uuid.UUID]) -> None:

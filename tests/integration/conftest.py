@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from devstack import Stack
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP, POSTGRES_DIRECT_DSN
 from leasework.client import AsyncClient, Client
+from leasework.store import operators
 from leasework.tokens import auth_headers, default_token
 
 API_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
@@ -131,3 +132,29 @@ def dlq_message(job_id: str, timeout: float = 60.0):
         return dict((k, v.decode()) for k, v in found.headers()), json.loads(found.value())
     finally:
         consumer.close()
+
+
+@pytest.fixture
+def make_token(stack: Stack):
+    """Creates tokens with the scopes (and rate) asked for: ``make("read", "cancel")`` is
+    (its name, the token); revokes them afterwards."""
+    made: list[str] = []
+
+    def make(*scopes: str, rate: float | None = None, burst: int | None = None):
+        name = f"test-{'-'.join(scopes)}-{uuid.uuid4().hex[:6]}"
+        with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as conn:
+            token, _ = operators.token_create(
+                conn,
+                name=name,
+                scopes=frozenset(scopes),
+                rate=rate,
+                burst=burst,
+                created_by="tests/integration",
+            )
+        made.append(name)
+        return name, token
+
+    yield make
+    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as conn:
+        for name in made:
+            operators.token_revoke(conn, name)

@@ -15,12 +15,10 @@ from urllib.parse import urlencode
 import psycopg
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
-from psycopg.rows import dict_row
 
 import leasework
 from leasework.demo import app as demo_app
 from leasework.store import operators
-from leasework.tokens import hash_token, new_token
 from tests.integration.conftest import API_URL, DIRECT_DSN, wait_for
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (devstack provisions it); no download
@@ -41,34 +39,6 @@ def browser(stack) -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM)
         yield browser
         browser.close()
-
-
-@pytest.fixture
-def make_token(stack) -> Iterator:
-    """Creates tokens with the scopes asked for; revokes them afterwards."""
-    made: list[str] = []
-
-    def make(*scopes: str) -> tuple[str, str]:
-        token, prefix = new_token()
-        name = f"console-test-{'-'.join(scopes)}-{secrets.token_hex(3)}"
-        with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as conn:
-            operators.token_insert(
-                conn,
-                name=name,
-                prefix=prefix,
-                token_hash=hash_token(token),
-                scopes=frozenset(scopes),
-                rate=None,
-                burst=None,
-                created_by="tests/integration/test_console.py",
-            )
-        made.append(name)
-        return name, token
-
-    yield make
-    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as conn:
-        for name in made:
-            operators.token_revoke(conn, name)
 
 
 def enqueue(job_type: str, payload: dict, **options) -> str:
@@ -111,7 +81,7 @@ def reload_until(page: Page, text: str, timeout: float = 60.0) -> None:
 
 
 def test_login_find_a_dead_job_retry_it_and_see_it_succeed(browser, make_token, db):
-    name, token = make_token("read", "cancel")
+    name, token = make_token("admin")  # an operator: the audit log is admin's, as in the API
     job_id = dead_job(db)
 
     context = browser.new_context(viewport={"width": 1280, "height": 900})

@@ -15,7 +15,8 @@ from leasework.db import Database
 from leasework.groupcommit import GroupCommit
 from leasework.guard import bearer_token, refusal
 from leasework.health import Health
-from leasework.openapi import OPERATION_SCOPES, openapi_document
+from leasework.openapi import openapi_document
+from leasework.scopes import OPERATION_SCOPES
 from leasework.tokens import Principal
 
 ROUTES = Routes(openapi_document(demo.app))

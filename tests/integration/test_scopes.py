@@ -1,0 +1,159 @@
+"""One scope table for every door (leasework.scopes): every API operation and every console
+page or action, asked with a token of each scope, is refused (403) exactly when the table says
+the token lacks the scope, and served otherwise. The console's routes are read from the app
+itself, so a page added without an entry in the table fails here."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from quart_trio import QuartTrio
+
+from leasework.config import Settings
+from leasework.console import add_console_routes
+from leasework.scopes import OPERATION_SCOPES, console_scope
+from leasework.tokens import Principal
+from tests.integration.conftest import API_URL
+
+SCOPE_SETS = [
+    ("submit",),
+    ("read",),
+    ("cancel",),
+    ("alerts",),
+    ("read", "cancel"),
+    ("read", "submit"),
+    ("admin",),
+]
+MISSING = str(uuid.uuid4())  # a job that does not exist: an allowed request is a 404, no harm
+
+# (template, method) -> (the path to ask, its JSON body): a request that passes the guard
+# changes nothing (a missing job, an invalid body, a filter that matches nothing)
+API_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
+    ("/jobs", "post"): ("/jobs", {"type": "noop", "payload": {}}),
+    ("/jobs/batch", "post"): ("/jobs/batch", {"jobs": [{"type": "noop"}]}),
+    ("/jobs", "get"): ("/jobs?limit=1", None),
+    ("/jobs/{job_id}", "get"): (f"/jobs/{MISSING}", None),
+    ("/job-types", "get"): ("/job-types", None),
+    ("/workers", "get"): ("/workers", None),
+    ("/jobs/{job_id}/cancel", "post"): (f"/jobs/{MISSING}/cancel", None),
+    ("/jobs/{job_id}/retry", "post"): (f"/jobs/{MISSING}/retry", None),
+    ("/jobs/retry", "post"): ("/jobs/retry", {"type": "no-such-type", "limit": 1}),
+    ("/tokens", "get"): ("/tokens", None),
+    ("/tokens", "post"): ("/tokens", {"name": "", "scopes": []}),
+    ("/tokens/{name}", "delete"): ("/tokens/no-such-token", None),
+    ("/audit", "get"): ("/audit", None),
+    ("/alerts/webhook", "post"): ("/alerts/webhook", {"alerts": "not a list"}),
+    ("/openapi.json", "get"): ("/openapi.json", None),
+    ("/healthz", "get"): ("/healthz", None),
+    ("/readyz", "get"): ("/readyz", None),
+    ("/metrics", "get"): ("/metrics", None),
+}
+
+JOB = f"/ui/jobs/{MISSING}"
+# console endpoint -> (method, path, form): what each page or action is asked with
+CONSOLE_REQUESTS: dict[str, list[tuple[str, str, dict[str, str] | None]]] = {
+    "overview": [("GET", "/ui/", None)],
+    "jobs": [("GET", "/ui/jobs?type=noop", None)],
+    "job": [("GET", f"/ui/jobs/{MISSING}", None)],
+    "cancel": [("GET", f"{JOB}/cancel", None), ("POST", f"{JOB}/cancel", {})],
+    "retry": [("GET", f"{JOB}/retry", None), ("POST", f"{JOB}/retry", {})],
+    "retry_many": [
+        ("GET", "/ui/jobs/retry?status=dead&type=no-such-type", None),
+        ("POST", "/ui/jobs/retry", {"status": "dead", "type": "no-such-type"}),
+    ],
+    "workers": [("GET", "/ui/workers", None)],
+    "audit": [("GET", "/ui/audit", None)],
+    "alerts": [("GET", "/ui/alerts", None)],
+    "not_found": [("GET", "/ui/no-such-page", None)],
+    "logout": [("POST", "/ui/logout", {})],
+}  # fmt: skip
+PUBLIC_CONSOLE = {"login", "static"}
+
+
+def allows(scopes: tuple[str, ...], needs: str | None) -> bool:
+    return needs is None or Principal("t", "t", frozenset(scopes)).allows(needs)
+
+
+def console_endpoints() -> set[str]:
+    """Every endpoint the console serves, read from a real app."""
+    app = QuartTrio("scopes-test")
+    add_console_routes(app, db=None, auth=None, settings=Settings(role="api", process_name="t"))  # type: ignore[arg-type]
+    return {
+        rule.endpoint.removeprefix("console.")
+        for rule in app.url_map.iter_rules()
+        if rule.endpoint.startswith("console.")
+    }
+
+
+def test_the_table_knows_every_console_endpoint_and_the_walk_covers_them():
+    endpoints = console_endpoints()
+    for endpoint in endpoints:
+        console_scope(endpoint)  # KeyError for a page without an entry
+    assert endpoints == set(CONSOLE_REQUESTS) | PUBLIC_CONSOLE
+    assert set(API_REQUESTS) == set(OPERATION_SCOPES)
+    # the case that was wrong: the console showed a read token the audit log
+    assert console_scope("audit") == OPERATION_SCOPES[("/audit", "get")] == "admin"
+
+
+@pytest.mark.parametrize("scopes", SCOPE_SETS, ids=lambda s: "+".join(s))
+def test_every_api_operation_answers_as_the_table_says(stack, make_token, scopes):
+    _, token = make_token(*scopes)
+    with httpx.Client(base_url=API_URL, timeout=30) as http:
+        for (template, method), needs in OPERATION_SCOPES.items():
+            path, body = API_REQUESTS[(template, method)]
+            response = http.request(
+                method.upper(), path, json=body, headers={"Authorization": f"Bearer {token}"}
+            )
+            where = f"{method.upper()} {template} with {scopes}: {response.status_code}"
+            if allows(scopes, needs):
+                assert response.status_code not in (401, 403), where
+                assert response.status_code < 500, where
+            else:
+                assert response.status_code == 403, where
+                assert response.json()["required_scope"] == needs, where
+
+
+def console_login(http: httpx.Client, token: str) -> httpx.Response:
+    page = http.get("/ui/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    return http.post(
+        "/ui/login",
+        data={"token": token, "nonce": nonce, "next": "/ui/"},
+        headers={"Origin": API_URL},
+    )
+
+
+@pytest.mark.parametrize("scopes", SCOPE_SETS, ids=lambda s: "+".join(s))
+def test_every_console_page_and_action_answers_as_its_api_twin(stack, make_token, scopes):
+    _, token = make_token(*scopes)
+    with httpx.Client(base_url=API_URL, timeout=30) as http:
+        login = console_login(http, token)
+        if not allows(scopes, "read"):
+            assert login.status_code == 403, (scopes, login.status_code)  # read to see anything
+            return
+        assert login.status_code == 303, login.text[:300]
+        overview = http.get("/ui/").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', overview).group(1)  # type: ignore[union-attr]
+        # the navigation offers only what the token may see
+        assert ('href="/ui/audit"' in overview) == allows(scopes, "admin")
+        # logout last: it ends the session
+        for endpoint in sorted(CONSOLE_REQUESTS, key=lambda e: e == "logout"):
+            needs = console_scope(endpoint)
+            for method, path, form in CONSOLE_REQUESTS[endpoint]:
+                response = http.request(
+                    method,
+                    path,
+                    data=None if form is None else {**form, "csrf": csrf},
+                    headers={"Origin": API_URL} if method == "POST" else {},
+                )
+                where = f"{method} {path} ({endpoint}, needs {needs}) with {scopes}"
+                if allows(scopes, needs):
+                    assert response.status_code in (200, 303, 404), (where, response.status_code)
+                    if endpoint != "logout":  # logging out sends you to the login page
+                        assert "/ui/login" not in response.headers.get("location", ""), where
+                else:
+                    assert response.status_code == 403, (where, response.status_code)
