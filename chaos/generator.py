@@ -57,14 +57,29 @@ def random_schedule(
     schedule: list[FaultSpec] = []
     at = round(start, 1)
     while True:
-        fault = nemeses.lookup(rng.choice(list(faults)))
-        length = round(rng.uniform(min_duration, max_duration), 1) if fault.lasts else 0.0
-        if at + length > end:
+        spec = draw_fault(rng, at, faults, min_duration, max_duration, processes, proxies)
+        if spec.stop > end:
             break
-        target = fault.random_target(rng, processes, proxies)
-        schedule.append(FaultSpec(at, length, fault.name, target, fault.random_params(rng)))
-        at = round(at + length + rng.uniform(min_gap, max_gap), 1)
+        schedule.append(spec)
+        at = round(at + spec.duration + rng.uniform(min_gap, max_gap), 1)
     return tuple(schedule)
+
+
+def draw_fault(
+    rng: random.Random,
+    at: float,
+    faults: Sequence[str],
+    min_duration: float,
+    max_duration: float,
+    processes: Sequence[str] = PROCESSES,
+    proxies: Sequence[str] = PROXIES,
+) -> FaultSpec:
+    """One fault of the random mix starting ``at``: the fault, its length (0 for a one-off),
+    its target and its params, drawn from ``rng`` in that order."""
+    fault = nemeses.lookup(rng.choice(list(faults)))
+    length = round(rng.uniform(min_duration, max_duration), 1) if fault.lasts else 0.0
+    target = fault.random_target(rng, processes, proxies)
+    return FaultSpec(at, length, fault.name, target, fault.random_params(rng))
 
 
 def random_faults(spec: RandomFaults, duration: float) -> tuple[FaultSpec, ...]:
