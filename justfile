@@ -104,6 +104,11 @@ chaos *names: bootstrap
     {{stack}} up
     {{python}} -m chaos run {{names}}
 
+# the soak: chaos load and a random fault every minute, sampling every process's RSS, fds and Postgres connections; reports/soak/<time>/ (e.g. `just soak --minutes 3`, `just soak --help`)
+soak *args: bootstrap
+    {{stack}} up
+    {{python}} -m tools.soak {{args}}
+
 # list the chaos scenarios
 chaos-list: bootstrap
     {{python}} -m chaos list

@@ -1,0 +1,5 @@
+import sys
+
+from tools.soak.main import main
+
+sys.exit(main())
