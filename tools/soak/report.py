@@ -17,6 +17,7 @@ from chaos.report import _cell, _table, validity_text
 from chaos.tables import jsonable
 from tools.soak import plot
 from tools.soak.goals import (
+    CONN_SLACK,
     FD_SLACK,
     FLAT_TOLERANCE,
     LEAD,
@@ -179,28 +180,29 @@ def render_markdown(run: SoakRun) -> str:
         "",
         f"![RSS, descriptors, connections and delay over time]({SOAK_SVG})",
         "",
-        "## Result",
-        "",
-        result_table(run).rstrip("\n"),
-        "",
         "## How it is judged",
         "",
         f"- RSS (VmRSS of the process the pidfile names): the median of the samples in the "
         f"last window within {RSS_TOLERANCE:.0%} of the first window's. A process a fault "
-        f"restarted is judged over one life: the whole soak when one pid spans both windows, "
-        f"else its longest life less {WARMUP:g} s of warm-up, windows a third of it at most "
-        f"(the column *judged over*); with fewer than three samples a window it is not "
-        f"judged.",
+        f"restarted is judged over one life: the whole soak when one life, begun before "
+        f"it, spans both windows, else its longest life less {WARMUP:g} s of warm-up, "
+        f"windows a third of it at most (the column *judged over*); with fewer than three "
+        f"samples a window it is not judged.",
         f"- Descriptors and each process's Postgres connections (its sockets to Postgres) "
         f"over the same span: flat when the last window's median is at most "
-        f"{FLAT_TOLERANCE:.0%} (or {FD_SLACK:g} descriptors, 2 connections) above the "
-        f"first's. The server's count (`pg_stat_activity`, client backends, without the "
-        f"sampler's own) over the whole soak; it includes anyone else's connections.",
+        f"{FLAT_TOLERANCE:.0%} (or {FD_SLACK:g} descriptors, {CONN_SLACK:g} connections) "
+        f"above the first's. The server's count (`pg_stat_activity`, client backends, "
+        f"without the sampler's own) over the whole soak; it includes anyone else's "
+        f"connections.",
         f"- Scheduling delay: `started_at - run_at` of every job of the run that started; "
-        f"outside faults are the jobs due neither within {LEAD:g} s before a fault took "
-        f"effect nor before {run.goals.delay.settle:g} s after its heal.",
+        f"outside faults, the jobs due outside every fault window, a window running from "
+        f"{LEAD:g} s before the fault took effect to {run.goals.delay.settle:g} s after "
+        f"its heal.",
         "- The checker: the chaos run's verdict and expectations (0 lost, 0 doubled).",
         "",
+        "## Result",
+        "",
+        result_table(run),
     ]
     return "\n".join(lines)
 
