@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -16,7 +17,9 @@ from psycopg.rows import dict_row
 from leasework import store
 from leasework.job import Job
 from leasework.states import IllegalTransition, Status
+from leasework.store import console
 from tests.integration.conftest import DIRECT_DSN
+from tools import console_timing
 
 
 @pytest.fixture
@@ -207,3 +210,94 @@ def test_a_retried_write_whose_first_try_committed_reports_written_not_rejected(
     store.jobs_reap_expired(conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="d")
     late = store.Completion(reaped.id, 7, store.Outcome(Status.SUCCEEDED))
     assert store.jobs_finish_many(conn, [late], dlq_topic="d", retrying=True) == {}
+
+
+# ---------------------------------------------------------------- the console's reads, by index
+
+BIG = 20_000  # all of them in ANALYZE's sample (30,000 rows), so the statistics, and the plans,
+# are the same on every run
+
+
+@pytest.fixture
+def big(conn: psycopg.Connection) -> psycopg.Connection:
+    """A temporary ``jobs`` with the real table's columns and indexes (``LIKE ... INCLUDING
+    ALL``: what the migrations made), which hides the shared one from this transaction's
+    queries, filled with BIG rows of the timing tool's mix and analysed."""
+    conn.execute("CREATE TEMP TABLE jobs (LIKE public.jobs INCLUDING ALL) ON COMMIT DROP")
+    conn.execute("SELECT setseed(0.16)")
+    conn.execute(console_timing.FILL, {"first": 1, "last": BIG})
+    conn.execute("ANALYZE jobs")
+    assert conn.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == BIG  # ours alone
+    return conn
+
+
+# what a case may read of jobs and throw away (EXPLAIN ANALYZE's rows removed by its filters):
+# an index that serves the filter leaves next to none; without 0004's indexes a type filter
+# walks the newest-first index past every other type (800-2,700 rows here) and the overview
+# reads the whole table
+DISCARD_LIMIT = 200
+# a finished window without a type walks the newest-first index past the jobs not finished
+# yet, all at its top (about 480 here, 2.4% of the rows); tools/console_timing.py measures it
+WALKS_PAST_UNFINISHED = "jobs page: finished last 24 h"
+
+
+def test_every_filter_of_the_console_and_get_jobs_reads_jobs_through_an_index(big):
+    """Each query the overview runs, and the jobs page and GET /jobs under each filter they
+    offer (status, type, both, a created or a finished window, the next page), on 20,000
+    rows: no plan reads jobs by a sequential scan, and each reads little it does not keep."""
+    cases = console_timing.cases(datetime.now(UTC))
+    scans, thrown = {}, {}
+    for case in cases:
+        _, case.plans = console_timing.plans_of(big, case.call)
+        name = f"{case.group}: {case.name}"
+        scans[name] = [s for plan in case.plans for s in console_timing.jobs_scans(plan)]
+        thrown[name] = sum(console_timing.discarded(plan) for plan in case.plans)
+    assert {name: s for name, s in scans.items() if any("Seq Scan" in x for x in s)} == {}
+    assert all(scans[f"jobs page: {name}"] for name in ("type=fail", "status=dead type=ledger"))
+    wasteful = {n: t for n, t in thrown.items() if t > DISCARD_LIMIT and n != WALKS_PAST_UNFINISHED}
+    assert wasteful == {}
+    # the check sees a sequential scan when there is one: without the migrations' indexes
+    for row in big.execute(
+        "SELECT indexrelid::regclass::text AS name FROM pg_index "
+        "WHERE indrelid = 'pg_temp.jobs'::regclass AND NOT indisunique"
+    ).fetchall():
+        big.execute(f"DROP INDEX {row['name']}")
+    type_page = next(c for c in cases if c.group == "jobs page" and c.name == "type=fail")
+    _, type_page.plans = console_timing.plans_of(big, type_page.call)
+    assert console_timing.seq_scans(type_page) == ["Seq Scan"]
+    assert console_timing.discarded(type_page.plans[0]) > DISCARD_LIMIT
+
+
+def test_the_overview_counts_each_cell_exactly_up_to_the_cap_and_says_at_least_beyond(big):
+    exact = {
+        (r["type"], r["status"]): r["n"]
+        for r in big.execute("SELECT type, status, count(*) AS n FROM jobs GROUP BY 1, 2")
+    }
+    assert console.job_counts(big) == console.job_counts(big, cap=console.COUNT_CAP)
+    uncapped = {(c.job_type, s): n for c in console.job_counts(big) for s, n in c.by_status.items()}
+    assert uncapped == exact and max(exact.values()) < console.COUNT_CAP
+    counts = console.job_counts(big, cap=500)
+    assert [c.job_type for c in counts] == sorted({t for t, _ in exact})  # unregistered too
+    for c in counts:
+        for status, n in c.by_status.items():
+            full = exact[(c.job_type, status)]
+            assert n == min(full, 500) and isinstance(n, console.AtLeast) == (full >= 500)
+        assert set(c.by_status) == {s for t, s in exact if t == c.job_type}
+    noop = next(c for c in counts if c.job_type == "noop")
+    assert str(noop.by_status["succeeded"]) == "500+" and str(noop.total).endswith("+")
+    assert isinstance(sum(c.total for c in counts), console.AtLeast)
+
+
+def test_a_finished_window_selects_what_its_bounds_alone_select(big):
+    """The finished-window filter adds a state and a creation bound for the planner: both
+    hold for every finished job, so the page is the one its bounds alone would give."""
+    now = datetime.now(UTC)
+    since, until = now - timedelta(days=3), now - timedelta(days=2)
+    job_filter = console.JobFilter("dead", None, since, until, "finished_at")
+    page = console.jobs_page(big, job_filter, before=None, limit=1000)
+    plain = big.execute(
+        "SELECT id FROM jobs WHERE status = 'dead' AND finished_at >= %s AND finished_at < %s "
+        "ORDER BY created_at DESC, id DESC",
+        (since, until),
+    ).fetchall()
+    assert [j.id for j in page] == [r["id"] for r in plain] and len(plain) > 10
