@@ -1,4 +1,5 @@
-"""The relay's statements: the outbox, the promoter, the pruner."""
+"""The relay's statements: the outbox, the promoter, the pruner (finished jobs, and the
+outbox, audit log and alert notifications by age)."""
 
 from __future__ import annotations
 
@@ -86,16 +87,28 @@ def jobs_prune(conn: psycopg.Connection, status: Status, older_than: float, limi
     return int(row["n"])
 
 
-def outbox_prune(conn: psycopg.Connection, older_than: float, limit: int) -> int:
-    """Delete up to ``limit`` outbox rows Kafka acknowledged more than ``older_than`` s ago."""
+# the tables the pruner empties by age alone, each with its time column; an index on that
+# column (0002, 0003) serves the oldest-first batch
+AGED_TABLES = {"outbox": "published_at", "audit_log": "at", "alert_notifications": "received_at"}
+
+
+def rows_prune(conn: psycopg.Connection, table: str, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` rows of ``table`` (one of :data:`AGED_TABLES`) whose time is more
+    than ``older_than`` seconds ago, oldest first. Rows another pruner holds are skipped."""
+    column = AGED_TABLES[table]  # the table and column are ours, never user text
     row = conn.execute(
-        """WITH gone AS (
-               DELETE FROM outbox WHERE id IN (
-                   SELECT id FROM outbox
-                   WHERE published_at < now() - make_interval(secs => %s)
-                   ORDER BY published_at LIMIT %s FOR UPDATE SKIP LOCKED)
+        f"""WITH gone AS (
+               DELETE FROM {table} WHERE id IN (
+                   SELECT id FROM {table}
+                   WHERE {column} < now() - make_interval(secs => %s)
+                   ORDER BY {column} LIMIT %s FOR UPDATE SKIP LOCKED)
                RETURNING 1)
            SELECT count(*) AS n FROM gone""",
         (older_than, limit),
     ).fetchone()
     return int(row["n"])
+
+
+def outbox_prune(conn: psycopg.Connection, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` outbox rows Kafka acknowledged more than ``older_than`` s ago."""
+    return rows_prune(conn, "outbox", older_than, limit)

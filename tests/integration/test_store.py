@@ -14,10 +14,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from leasework import store
+from leasework import config, metrics, store
 from leasework.job import Job
+from leasework.pruner import Pruner, Retention
 from leasework.states import IllegalTransition, Status
 from leasework.store import console
+from leasework.store import relay as store_relay
 from tests.integration.conftest import DIRECT_DSN
 from tools import console_timing
 
@@ -210,6 +212,70 @@ def test_a_retried_write_whose_first_try_committed_reports_written_not_rejected(
     store.jobs_reap_expired(conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="d")
     late = store.Completion(reaped.id, 7, store.Outcome(Status.SUCCEEDED))
     assert store.jobs_finish_many(conn, [late], dlq_topic="d", retrying=True) == {}
+
+
+# ---------------------------------------------------------------- retention by age
+
+
+class InTransaction:
+    """A :class:`leasework.db.Database` whose every call runs on the test's connection, in
+    its rolled-back transaction."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    async def run(self, fn, *args):
+        return fn(self.conn, *args)
+
+
+# a row of each table pruned by age, `age` old (an interval)
+AGED_INSERT = {
+    "audit_log": "INSERT INTO audit_log (at, actor, action, target) "
+    "VALUES (now() - %s::interval, 'test', 'retry', 'x') RETURNING id",
+    "alert_notifications": "INSERT INTO alert_notifications (received_at, alertname, status) "
+    "VALUES (now() - %s::interval, 'TestAlert', 'firing') RETURNING id",
+}
+
+
+def aged(conn: psycopg.Connection, table: str, age: str) -> int:
+    return conn.execute(AGED_INSERT[table], (age,)).fetchone()["id"]
+
+
+def ids_left(conn: psycopg.Connection, table: str, ids: list[int]) -> set[int]:
+    rows = conn.execute(f"SELECT id FROM {table} WHERE id = ANY(%s)", (ids,)).fetchall()
+    return {r["id"] for r in rows}
+
+
+async def test_the_pruner_deletes_audit_entries_and_notifications_past_their_retention(conn):
+    old_audit = [aged(conn, "audit_log", age) for age in ("100 days", "91 days")]
+    fresh_audit = [aged(conn, "audit_log", age) for age in ("89 days", "1 second")]
+    old_alerts = [aged(conn, "alert_notifications", age) for age in ("45 days", "31 days")]
+    fresh_alerts = [aged(conn, "alert_notifications", age) for age in ("29 days", "1 second")]
+    before = {
+        t: metrics.rows_pruned.labels(t)._value.get() for t in ("audit_log", "alert_notifications")
+    }
+    day = 86400.0
+    retention = Retention(None, None, None, None, audit=90 * day, alerts=30 * day)
+    # batches of one: the pass goes on until a batch comes back short
+    counts = await Pruner(InTransaction(conn), retention, batch=1).run_once()  # type: ignore[arg-type]
+    assert ids_left(conn, "audit_log", old_audit + fresh_audit) == set(fresh_audit)
+    assert ids_left(conn, "alert_notifications", old_alerts + fresh_alerts) == set(fresh_alerts)
+    # the shared tables may hold older rows of their own: at least ours went
+    assert counts.tables["audit_log"] >= 2 and counts.tables["alert_notifications"] >= 2
+    assert counts.jobs == {} and "outbox" not in counts.tables  # 'never' prunes nothing
+    settings = config.load("relay", {"LEASEWORK_RETAIN_AUDIT": "never"})
+    assert Retention.from_settings(settings).of_tables()["audit_log"] is None
+    assert Retention.from_settings(settings).of_tables()["alert_notifications"] == 30 * day
+    for table, n in counts.tables.items():
+        assert metrics.rows_pruned.labels(table)._value.get() - before[table] == n
+
+
+def test_one_prune_statement_deletes_at_most_its_batch_and_only_from_its_tables(conn):
+    old = [aged(conn, "audit_log", "400 days") for _ in range(3)]
+    assert store_relay.rows_prune(conn, "audit_log", 365 * 86400.0, 2) == 2
+    assert len(ids_left(conn, "audit_log", old)) == 1
+    with pytest.raises(KeyError):
+        store_relay.rows_prune(conn, "jobs; DROP TABLE jobs", 1.0, 1)
 
 
 # ---------------------------------------------------------------- the console's reads, by index

@@ -32,6 +32,18 @@ def test_retention_takes_durations_or_never():
         load("relay", {"LEASEWORK_RETAIN_OUTBOX": "0"})
 
 
+def test_the_audit_log_and_alert_notifications_have_a_retention_of_their_own():
+    defaults = load("relay", {})
+    assert defaults.retain_audit == 90 * 86400 and defaults.retain_alerts == 30 * 86400
+    settings = load("relay", {"LEASEWORK_RETAIN_AUDIT": "never", "LEASEWORK_RETAIN_ALERTS": "12h"})
+    assert settings.retain_audit is None and settings.retain_alerts == 12 * 3600
+    assert load("relay", {"LEASEWORK_RETAIN_AUDIT": "Forever"}).retain_audit is None
+    with pytest.raises(ConfigError, match="LEASEWORK_RETAIN_AUDIT='0d'.*'never'"):
+        load("relay", {"LEASEWORK_RETAIN_AUDIT": "0d"})
+    with pytest.raises(ConfigError, match="LEASEWORK_RETAIN_ALERTS='a month' is not a duration"):
+        load("relay", {"LEASEWORK_RETAIN_ALERTS": "a month"})
+
+
 def test_reads_every_documented_variable():
     settings = load(
         "worker",
