@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import logging
 import uuid
@@ -34,7 +35,7 @@ from leasework.groupcommit import GroupCommit
 from leasework.guard import ClientGone, Guard
 from leasework.health import Health
 from leasework.job import Job
-from leasework.jsonlimits import whole_numbers
+from leasework.jsonlimits import compact, whole_numbers
 from leasework.limits import MAX_BATCH_STRUCTURE, BodyLimits
 from leasework.openapi import openapi_document
 from leasework.operator_api import actor, add_operator_routes
@@ -149,6 +150,41 @@ def query_type(raw: str | None) -> str | None:
     if raw is not None and not TYPE_NAME_PATTERN.match(raw):
         raise invalid([FieldError("type", "must be 1-100 letters, digits and _ . : -")])
     return raw
+
+
+def retry_filter(body: Any) -> tuple[str, str | None, dict[str, datetime | None], int]:
+    """(status, type, finished bounds, limit) of a ``POST /jobs/retry`` body, or a 422
+    naming each field (pure)."""
+    errors: list[FieldError] = []
+    if not isinstance(body, dict):
+        raise invalid([FieldError("(body)", "must be a JSON object of filters")])
+    allowed = {"type", "status", "finished_after", "finished_before", "limit"}
+    errors += [
+        FieldError(k, "unknown field; allowed: " + ", ".join(sorted(allowed)))
+        for k in sorted(set(body) - allowed, key=str)
+    ]
+    status = "dead" if body.get("status") is None else body["status"]
+    if not isinstance(status, str) or status not in RETRYABLE:
+        errors.append(FieldError("status", f"must be one of {sorted(RETRYABLE)}"))
+    job_type = body.get("type")
+    if job_type is not None and (
+        not isinstance(job_type, str) or not TYPE_NAME_PATTERN.match(job_type)
+    ):
+        errors.append(FieldError("type", "must be 1-100 letters, digits and _ . : -"))
+    bounds: dict[str, datetime | None] = {}
+    for name in ("finished_after", "finished_before"):
+        raw = body.get(name)
+        parsed = parse_run_at(raw) if raw is not None else None
+        if isinstance(parsed, FieldError):
+            errors.append(FieldError(name, parsed.message))
+            parsed = None
+        bounds[name] = parsed
+    limit = whole_numbers(1000 if body.get("limit") is None else body["limit"])
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BULK_RETRY:
+        errors.append(FieldError("limit", f"must be an integer from 1 to {MAX_BULK_RETRY}"))
+    if errors:
+        raise invalid(errors)
+    return status, job_type, bounds, limit
 
 
 def problem_of(exc: Exception, path: str) -> tuple[Problem, dict[str, str]]:
@@ -323,8 +359,9 @@ def create_app(
 
     def decode_batch(
         content_type: str | None, raw: bytes
-    ) -> tuple[list[JobRequest], list[dict[str, Any]]]:
-        """A batch body, checked, and its rows (pure CPU: off the loop if large)."""
+    ) -> tuple[list[JobRequest], store.EncodedRows]:
+        """A batch body, checked, and its rows encoded for the insert (pure CPU: off the loop
+        if large). What it returns holds no payload: the decoded body is freed here."""
         body = parse_body(
             content_type, raw, settings.max_batch_bytes, max_values=MAX_BATCH_STRUCTURE
         )
@@ -332,7 +369,10 @@ def create_app(
         if parsed and isinstance(parsed[0], FieldError):
             raise invalid(parsed, "fix these items and resubmit the whole batch")  # type: ignore[arg-type]
         jobs: list[JobRequest] = parsed  # type: ignore[assignment]
-        return jobs, [insert_row(job, jobs_app, defaults) for job in jobs]
+        rows = store.EncodedRows(
+            compact([insert_row(job, jobs_app, defaults) for job in jobs]), len(jobs)
+        )
+        return [dataclasses.replace(job, payload=None) for job in jobs], rows
 
     @app.post("/jobs/batch")
     async def submit_batch():
@@ -422,40 +462,7 @@ def create_app(
 
     @app.post("/jobs/retry")
     async def retry_many():
-        body = await json_body(limits.small)
-        errors: list[FieldError] = []
-        if not isinstance(body, dict):
-            raise invalid([FieldError("(body)", "must be a JSON object of filters")])
-        allowed = {"type", "status", "finished_after", "finished_before", "limit"}
-        errors += [
-            FieldError(k, "unknown field; allowed: " + ", ".join(sorted(allowed)))
-            for k in sorted(set(body) - allowed, key=str)
-        ]
-        status = "dead" if body.get("status") is None else body["status"]
-        if not isinstance(status, str) or status not in RETRYABLE:
-            errors.append(FieldError("status", f"must be one of {sorted(RETRYABLE)}"))
-        job_type = body.get("type")
-        if job_type is not None and (
-            not isinstance(job_type, str) or not TYPE_NAME_PATTERN.match(job_type)
-        ):
-            errors.append(FieldError("type", "must be 1-100 letters, digits and _ . : -"))
-        bounds: dict[str, datetime | None] = {}
-        for name in ("finished_after", "finished_before"):
-            raw = body.get(name)
-            parsed = parse_run_at(raw) if raw is not None else None
-            if isinstance(parsed, FieldError):
-                errors.append(FieldError(name, parsed.message))
-                parsed = None
-            bounds[name] = parsed
-        limit = whole_numbers(1000 if body.get("limit") is None else body["limit"])
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_BULK_RETRY
-        ):
-            errors.append(FieldError("limit", f"must be an integer from 1 to {MAX_BULK_RETRY}"))
-        if errors:
-            raise invalid(errors)
+        status, job_type, bounds, limit = await json_body(limits.small, retry_filter)
         who = actor()
         filters = {"status": status, "type": job_type, "limit": limit} | {
             k: v.isoformat() for k, v in bounds.items() if v is not None

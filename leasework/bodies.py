@@ -74,11 +74,16 @@ def invalid(errors: list[FieldError], what: str = "fix these fields and resubmit
     )
 
 
-async def json_body(limit: int) -> Any:
-    """The body of the current Quart request as JSON (see :func:`parse_body`), decoded off
-    the event loop when it is large."""
+async def json_body(limit: int, check: Callable[[Any], T]) -> T:
+    """``check`` of the current Quart request's body as JSON (see :func:`parse_body`): both
+    the decoding and the check run off the event loop when the body is large."""
     raw = await request.get_data(as_text=False)
-    return await off_loop(len(raw), parse_body, request.content_type, raw, limit)
+    content_type = request.content_type
+
+    def decode_and_check() -> T:
+        return check(parse_body(content_type, raw, limit))
+
+    return await off_loop(len(raw), decode_and_check)
 
 
 def parse_body(

@@ -8,6 +8,8 @@ and rolled back when it raises.
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import ParamSpec, TypeVar
@@ -43,6 +45,25 @@ def configure(conn: psycopg.Connection) -> None:
     set_json_loads(parse_json, context=conn)
 
 
+IDLE_CHECK_SECONDS = 1.0  # a pooled connection idle longer than this is checked before use
+_returned: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKeyDictionary()
+
+
+def mark_returned(conn: psycopg.Connection) -> None:
+    """The pool's ``reset`` callback: when the connection went back to the pool."""
+    _returned[conn] = time.monotonic()
+
+
+def check_if_idle(conn: psycopg.Connection) -> None:
+    """The pool's ``check`` callback: a connection that sat idle for more than
+    :data:`IDLE_CHECK_SECONDS` (through a Postgres restart, say) answers an empty query before
+    it is handed out, and the pool replaces it if it cannot; a busy connection goes out
+    unchecked (no round trip per call under load)."""
+    returned = _returned.get(conn)
+    if returned is None or time.monotonic() - returned > IDLE_CHECK_SECONDS:
+        ConnectionPool.check_connection(conn)
+
+
 class Database:
     def __init__(self, dsn: str, *, max_size: int = 8, name: str = "leasework") -> None:
         self.dsn = dsn
@@ -58,9 +79,11 @@ class Database:
             # 0 gives up after one immediate try, so a 1 s network blip left every waiting
             # caller to sit out the whole pool timeout (found by chaos scenario n)
             reconnect_timeout=3600.0,
-            # no check query on every checkout (a round trip per call); a connection the
-            # server dropped fails its next statement, the pool discards it, and every
-            # caller retries or answers 503 ("nothing was written, retry")
+            # a connection idle for over a second is checked before use (a stale one left by a
+            # Postgres restart is replaced, not handed to the next caller); a busy one is not
+            # (no round trip per call under load)
+            check=check_if_idle,
+            reset=mark_returned,
             name=name,
         )
         self.limiter = trio.CapacityLimiter(max_size)

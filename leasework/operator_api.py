@@ -26,6 +26,7 @@ from leasework.store import operators
 from leasework.tokens import TOKEN_NAME_PATTERN, TokenError, parse_scopes
 
 UNSET_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
+MAX_ALERTS = 1_000  # alerts in one notification (Alertmanager sends a group's)
 
 
 def actor() -> str:
@@ -103,10 +104,14 @@ def notification_alerts(body: Any) -> tuple[str, list[dict[str, Any]]]:
         for name in ("receiver", "status")
         if name in body and not isinstance(body[name], str)
     ]
+    if len(body["alerts"]) > MAX_ALERTS:
+        raise invalid([FieldError("alerts", f"holds more than {MAX_ALERTS} alerts")])
     errors += storable_errors(body, "(body)")
     records = []
     for index, alert in enumerate(body["alerts"]):
         errors += _alert_errors(f"alerts[{index}]", alert)
+        if len(errors) >= 20:  # enough to say what is wrong; the rest is not looked at
+            break
         if errors:
             continue
         labels, annotations = alert["labels"], alert.get("annotations") or {}
@@ -160,7 +165,7 @@ def add_operator_routes(app: QuartTrio, db: Database, limits: BodyLimits) -> Non
 
     @app.post("/tokens")
     async def create_token():
-        name, scopes, rate, burst = token_request(await json_body(limits.small))
+        name, scopes, rate, burst = await json_body(limits.small, token_request)
         who = actor()
 
         def create(conn: psycopg.Connection) -> tuple[str, operators.TokenRow]:
@@ -230,6 +235,6 @@ def add_operator_routes(app: QuartTrio, db: Database, limits: BodyLimits) -> Non
 
     @app.post("/alerts/webhook")
     async def alert_webhook():
-        receiver, records = notification_alerts(await json_body(limits.webhook))
+        receiver, records = await json_body(limits.webhook, notification_alerts)
         count = await db.run(lambda conn: operators.alerts_record(conn, records, receiver))
         return {"recorded": count}, 200

@@ -190,6 +190,8 @@ def bystand(url: str, token: str | None, seconds: float) -> tuple[Latencies, Lat
             times[what].append(time.perf_counter() - started)
             failed[what] += 0 if ok else 1
         time.sleep(0.01)
+    ready.close()
+    submit.close()
     return (
         Latencies.of("GET /readyz", times["readyz"], failed["readyz"]),
         Latencies.of("POST /jobs (honest)", times["submit"], failed["submit"]),
@@ -244,23 +246,27 @@ def phase(url: str, token: str | None, seconds: float) -> dict:
 
 def run(url: str, seconds: float, attackers: int, token: str | None) -> dict:
     baseline = phase(url, token, seconds)
-    manager = multiprocessing.Manager()
-    counts = [manager.dict() for _ in range(attackers)]
-    until = time.monotonic() + seconds + 1.0
-    processes = [
-        multiprocessing.Process(target=_attacker, args=(url, token, until, i * 7, counts[i]))
-        for i in range(attackers)
-    ]
-    for process in processes:
-        process.start()
-    time.sleep(1.0)  # the attack is under way before the bystander starts
-    attacked = phase(url, token, seconds)
-    for process in processes:
-        process.join(timeout=120)
     sent: dict[str, int] = {}
-    for shard in counts:
-        for key, value in dict(shard).items():
-            sent[key] = sent.get(key, 0) + value
+    with multiprocessing.Manager() as manager:
+        counts = [manager.dict() for _ in range(attackers)]
+        until = time.monotonic() + seconds + 1.0
+        processes = [
+            multiprocessing.Process(target=_attacker, args=(url, token, until, i * 7, counts[i]))
+            for i in range(attackers)
+        ]
+        for process in processes:
+            process.start()
+        time.sleep(1.0)  # the attack is under way before the bystander starts
+        attacked = phase(url, token, seconds)
+        for process in processes:
+            process.join(timeout=120)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            process.close()
+        for shard in counts:
+            for key, value in dict(shard).items():
+                sent[key] = sent.get(key, 0) + value
     return {
         "url": url,
         "seconds": seconds,

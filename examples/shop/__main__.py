@@ -53,7 +53,15 @@ async def main() -> None:
     # check each connection before use: a connection the database dropped (a restart, a
     # network blip) is replaced instead of failing the next order
     pool = ConnectionPool(
-        DSN, min_size=1, max_size=8, open=False, timeout=10.0, check=ConnectionPool.check_connection
+        DSN,
+        min_size=1,
+        max_size=8,
+        open=False,
+        timeout=10.0,
+        check=ConnectionPool.check_connection,
+        # keep reconnecting while the database is away (psycopg_pool's default gives up after
+        # five minutes, and a pool that gave up answers every order "unreachable")
+        reconnect_timeout=3600.0,
     )
     await trio.to_thread.run_sync(lambda: pool.open(wait=False))
     stop = trio.Event()

@@ -9,6 +9,8 @@ second one (the key is also the receipt job's key).
 
 from __future__ import annotations
 
+import sys
+
 import psycopg
 import trio
 from psycopg_pool import ConnectionPool
@@ -20,14 +22,37 @@ from examples.shop.jobs import Receipt
 from examples.shop.jobs import app as jobs_app
 
 
+class StaleConnection(Exception):
+    """The first statement of the order failed on a dead connection: nothing was sent that
+    could commit, so the order may be tried again on a fresh one."""
+
+
 def place_order(pool: ConnectionPool, email: str, amount: int, key: str | None) -> dict:
+    """:func:`place_order_once`, tried once more on a fresh connection when the pooled one
+    turned out dead before anything was written (a Postgres restart between the pool's check
+    and the order)."""
+    try:
+        return place_order_once(pool, email, amount, key)
+    except StaleConnection:
+        try:
+            return place_order_once(pool, email, amount, key)
+        except StaleConnection as again:
+            raise again.__cause__ from None  # type: ignore[misc]
+
+
+def place_order_once(pool: ConnectionPool, email: str, amount: int, key: str | None) -> dict:
     """One transaction: the order row, its receipt job (and the job's outbox row)."""
     with pool.connection() as conn:  # commits on exit, rolls back on an exception
-        row = conn.execute(
-            """INSERT INTO shop_orders (email, amount_cents, idempotency_key)
-               VALUES (%s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id""",
-            (email, amount, key),
-        ).fetchone()
+        try:
+            row = conn.execute(
+                """INSERT INTO shop_orders (email, amount_cents, idempotency_key)
+                   VALUES (%s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id""",
+                (email, amount, key),
+            ).fetchone()
+        except psycopg.OperationalError as exc:
+            if conn.broken:
+                raise StaleConnection from exc
+            raise
         if row is None:  # a retry of an order already placed: answer with it
             order_id, job_id = conn.execute(
                 "SELECT id, receipt_job_id FROM shop_orders WHERE idempotency_key = %s", (key,)
@@ -70,7 +95,8 @@ def create_app(pool: ConnectionPool) -> QuartTrio:
             )
         except leasework.InvalidJob as exc:
             return {"error": str(exc)}, 422
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as exc:
+            print(f"shop: order refused, database unreachable: {exc}", file=sys.stderr, flush=True)
             return {"error": "the database is unreachable; nothing was written"}, 503
         return placed, 200 if placed["replay"] else 201
 

@@ -33,7 +33,13 @@ from leasework.store.relay import (
     outbox_prune,
     outbox_retire,
 )
-from leasework.store.submit import Inserted, job_types_register, jobs_insert, jobs_insert_async
+from leasework.store.submit import (
+    EncodedRows,
+    Inserted,
+    job_types_register,
+    jobs_insert,
+    jobs_insert_async,
+)
 from leasework.store.worker import (
     Completion,
     Outcome,
@@ -71,6 +77,7 @@ __all__ = [
     "jobs_finish_many",
     "jobs_get_many",
     "jobs_heartbeat_many",
+    "EncodedRows",
     "jobs_insert",
     "jobs_insert_async",
     "jobs_promote_due",

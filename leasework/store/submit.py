@@ -49,6 +49,24 @@ class Inserted:
 JOBS_INSERT = "SELECT * FROM leasework_jobs_insert(%s, %s) ORDER BY ord"
 
 
+@dataclass(frozen=True)
+class EncodedRows:
+    """Rows of :func:`jobs_insert` already encoded as one JSON array (the api encodes a large
+    batch in the thread that decoded it, so no big object graph outlives that thread)."""
+
+    text: str
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _as_jsonb(rows: list[dict[str, Any]] | EncodedRows) -> Jsonb:
+    if isinstance(rows, EncodedRows):
+        return Jsonb(rows.text, dumps=lambda text: text)
+    return Jsonb(rows)
+
+
 def _inserted(rows: list[Row], expected: int) -> list[Inserted]:
     found = [Inserted.from_row(r) for r in rows]
     if len(found) != expected:
@@ -56,12 +74,14 @@ def _inserted(rows: list[Row], expected: int) -> list[Inserted]:
     return found
 
 
-def jobs_insert(conn: psycopg.Connection, rows: list[dict[str, Any]], topic: str) -> list[Inserted]:
+def jobs_insert(
+    conn: psycopg.Connection, rows: list[dict[str, Any]] | EncodedRows, topic: str
+) -> list[Inserted]:
     """Insert the jobs of ``rows`` (see :func:`leasework.submission.insert_row`) and the
     outbox rows of those due now, in one statement, on any connection (the caller's own too:
     the statement runs in whatever transaction the connection is in)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(JOBS_INSERT, (Jsonb(rows), topic))
+        cur.execute(JOBS_INSERT, (_as_jsonb(rows), topic))
         return _inserted(cur.fetchall(), len(rows))
 
 

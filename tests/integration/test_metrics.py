@@ -39,9 +39,14 @@ def run_batch(client, db, size: int) -> None:
 LABEL_DOMAINS = {
     "type": set(load_app(STACK_APP).names) | {"other"},
     "outcome": {s.value for s in Status},
-    "reason": {s.value for s in Status} | {"missing", "undecodable"},
+    "reason": {s.value for s in Status}
+    | {"missing", "undecodable"}
+    | {"malformed", "unknown_prefix", "wrong_secret", "refused_again", "throttled"}  # tokens
+    | {"body-too-large", "body-timeout", "busy"},  # bodies the guard refused
     "partition": {str(p) for p in range(12)},
-    "status": {"succeeded", "dead", "cancelled"},  # the pruner's, by final state
+    # the pruner's, by final state; the guard's refusals
+    "status": {"succeeded", "dead", "cancelled", "401", "403"},
+    "table": {"outbox", "audit_log", "alert_notifications"},
     "dependency": {"postgres", "redis", "kafka"},
     "result": {"ok", "lost", "error"},
 }
