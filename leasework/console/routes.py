@@ -279,13 +279,12 @@ class Console:
     def secure(self) -> bool:
         """Whether the browser reached us over TLS: directly, or through a proxy the
         operator declared trusted (``LEASEWORK_TRUSTED_PROXIES``) that says so."""
-        if request.scheme == "https":
-            return True
         client = request.scope.get("client")
-        return (
-            client is not None
-            and trusted_peer(client[0], self.settings.trusted_proxies)
-            and request.headers.get("X-Forwarded-Proto", "").lower() == "https"
+        return served_over_tls(
+            request.scheme,
+            client[0] if client else None,
+            request.headers.get("X-Forwarded-Proto"),
+            self.settings.trusted_proxies,
         )
 
     async def logout(self) -> Response:
@@ -588,12 +587,21 @@ class Console:
         return bp
 
 
-def trusted_peer(address: str, trusted: tuple[Any, ...]) -> bool:
+def served_over_tls(
+    scheme: str, peer: str | None, forwarded_proto: str | None, trusted: tuple[Any, ...]
+) -> bool:
+    """Whether a request reached us over TLS (pure): its own scheme, or the
+    ``X-Forwarded-Proto`` of a peer the operator declared a trusted proxy. Anyone else's
+    header is ignored: a client cannot talk the console into a cookie it will not get back."""
+    if scheme == "https":
+        return True
+    if peer is None or (forwarded_proto or "").strip().lower() != "https":
+        return False
     try:
-        peer = ipaddress.ip_address(address)
+        address = ipaddress.ip_address(peer)
     except ValueError:
         return False
-    return any(peer in network for network in trusted)
+    return any(address in network for network in trusted)
 
 
 def add_console_routes(

@@ -107,3 +107,31 @@ def test_unsafe_lease_mode_is_refused_without_the_explicit_flag():
     )
     assert unsafe.lease_mode == "unsafe-plain-ttl"
     assert load("worker", {}).lease_mode == "fenced"
+
+
+def test_what_a_request_may_cost_and_whom_to_trust_are_configurable():
+    import ipaddress
+
+    defaults = config.load("api", {"LEASEWORK_APP": "m:a"})
+    assert (defaults.max_form_bytes, defaults.max_small_body_bytes) == (8192, 65536)
+    assert defaults.body_read_timeout == 10.0 and defaults.trusted_proxies == ()
+    assert defaults.internal_addr is None
+    settings = config.load(
+        "api",
+        {
+            "LEASEWORK_APP": "m:a",
+            "LEASEWORK_MAX_FORM_BYTES": "4096",
+            "LEASEWORK_MAX_WEBHOOK_BYTES": "100000",
+            "LEASEWORK_BODY_READ_TIMEOUT": "3s",
+            "LEASEWORK_TRUSTED_PROXIES": "127.0.0.1, 10.0.0.0/8,::1",
+            "LEASEWORK_INTERNAL_ADDR": "127.0.0.1:9180",
+        },
+    )
+    assert settings.max_form_bytes == 4096 and settings.max_webhook_bytes == 100000
+    assert settings.body_read_timeout == 3.0
+    assert ipaddress.ip_address("10.9.8.7") in settings.trusted_proxies[1]
+    assert settings.internal_addr == ("127.0.0.1", 9180)
+    with pytest.raises(ConfigError, match="LEASEWORK_TRUSTED_PROXIES.*'nope'"):
+        config.load("api", {"LEASEWORK_APP": "m:a", "LEASEWORK_TRUSTED_PROXIES": "nope"})
+    with pytest.raises(ConfigError, match="LEASEWORK_MAX_FORM_BYTES"):
+        config.load("api", {"LEASEWORK_APP": "m:a", "LEASEWORK_MAX_FORM_BYTES": "10"})

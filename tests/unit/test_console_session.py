@@ -107,3 +107,18 @@ def test_cookies_are_httponly_samesite_strict_and_scoped_to_the_console():
     assert options["httponly"] is True and options["samesite"] == "Strict"
     assert options["path"] == "/ui" and options["secure"] is False
     assert cookie_options(secure=True)["secure"] is True
+
+
+def test_the_cookie_is_secure_behind_a_trusted_tls_proxy_only():
+    import ipaddress
+
+    from leasework.console.routes import served_over_tls
+
+    proxies = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::1/128"))
+    assert served_over_tls("https", None, None, ())
+    assert served_over_tls("http", "10.1.2.3", "https", proxies)
+    assert served_over_tls("http", "::1", "HTTPS", proxies)
+    assert not served_over_tls("http", "10.1.2.3", "http", proxies)
+    assert not served_over_tls("http", "192.0.2.7", "https", proxies)  # not a trusted peer
+    assert not served_over_tls("http", "10.1.2.3", "https", ())  # no proxy declared
+    assert not served_over_tls("http", "not an address", "https", proxies)

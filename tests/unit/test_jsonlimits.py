@@ -71,3 +71,46 @@ def test_nesting_at_the_limit_is_fine_and_sizes_are_capped():
 
 def test_a_hostile_depth_does_not_overflow_the_checker():
     assert storable_errors(nested(200_000))[0].message.startswith("nests deeper")
+
+
+def test_a_payload_of_more_values_than_the_limit_is_refused_and_the_walk_stops_there():
+    from leasework.jsonlimits import MAX_NODES, storable_errors
+
+    assert storable_errors([0] * (MAX_NODES - 1)) == []
+    errors = storable_errors([0] * (MAX_NODES * 10))
+    assert [e.field for e in errors] == ["payload"] and "more than 100000 values" in errors[
+        0
+    ].message
+
+
+def test_the_structure_estimate_is_an_upper_bound_of_the_values_without_parsing():
+    import json
+
+    from leasework.jsonlimits import structure_estimate
+
+    def values(v) -> int:
+        if isinstance(v, list):
+            return 1 + sum(values(x) for x in v)
+        if isinstance(v, dict):
+            return 1 + sum(values(x) for x in v.values())
+        return 1
+
+    for text in ["1", "[]", "[1,2,3]", '{"a":[{},{"b":"x,y"}]}', "[[[]],[[],[]]]", '"a,b,c"']:
+        assert structure_estimate(text.encode()) >= values(json.loads(text)), text
+    assert structure_estimate(b"[" + b",".join([b"0"] * 1000) + b"]") == 1001
+
+
+def test_whole_numbers_is_iterative_and_keeps_the_shape():
+    from leasework.jsonlimits import whole_numbers
+
+    assert whole_numbers({"a": [1.0, 2.5, {"b": 3.0}], "c": "4.0"}) == {
+        "a": [1, 2.5, {"b": 3}],
+        "c": "4.0",
+    }
+    nested: list = [1.0]
+    for _ in range(100_000):  # far past the recursion limit
+        nested = [nested]
+    out = whole_numbers(nested)
+    for _ in range(100_000):
+        out = out[0]
+    assert out == [1] and isinstance(out[0], int)
