@@ -116,3 +116,8 @@ chaos-list: bootstrap
 # api, relay and worker in one process on your app, e.g. `just dev greetings:app` (Ctrl-C stops it)
 dev app: bootstrap
     LEASEWORK_OPS_ADDR="${LEASEWORK_OPS_ADDR:-127.0.0.1:8000}" {{python}} -m leasework dev --app {{app}}
+
+# how long /readyz and an honest submit take while attackers send every route its worst bodies; writes reports/bystander/<time>/ (`just bystander --help`)
+bystander *args: bootstrap
+    {{stack}} up
+    {{python}} -m tools.bystander {{args}}
