@@ -200,15 +200,26 @@ def test_prometheus_yml_without_and_with_rules() -> None:
     assert cfg["global"]["scrape_interval"] == "2s"
     assert cfg["global"]["evaluation_interval"] == "2s"
     assert cfg["rule_files"] == []
-    (job,) = cfg["scrape_configs"]
-    assert job["job_name"] == "leasework"
-    targets = {sc["labels"]["instance"]: sc["targets"] for sc in job["static_configs"]}
-    assert targets == {
-        "api": ["127.0.0.1:8080"],
-        "relay": ["127.0.0.1:9102"],
-        "worker-1": ["127.0.0.1:9101"],
-        "worker-2": ["127.0.0.1:9103"],
+    jobs = {
+        job["job_name"]: {sc["labels"]["instance"]: sc["targets"] for sc in job["static_configs"]}
+        for job in cfg["scrape_configs"]
     }
+    assert jobs == {
+        "leasework": {
+            "api": ["127.0.0.1:8080"],
+            "relay": ["127.0.0.1:9102"],
+            "worker-1": ["127.0.0.1:9101"],
+            "worker-2": ["127.0.0.1:9103"],
+        },
+        # the alert path: each Prometheus scrapes itself, and the Alertmanager it sends to
+        "prometheus": {"prometheus": ["127.0.0.1:9090"]},
+        "alertmanager": {"alertmanager": ["127.0.0.1:9093"]},
+    }
+    scratch = yaml.safe_load(render_prometheus_yml([], scratch_labels("r"), port=9091))
+    (own,) = [job for job in scratch["scrape_configs"] if job["job_name"] == "prometheus"]
+    assert own["static_configs"] == [
+        {"targets": ["127.0.0.1:9091"], "labels": {"instance": "prometheus"}}
+    ]
     cfg = yaml.safe_load(render_prometheus_yml([Path("/r/a.yml"), Path("/r/b.yml")]))
     assert cfg["rule_files"] == ["/r/a.yml", "/r/b.yml"]
 
@@ -235,6 +246,13 @@ def test_alertmanager_routes_everything_to_the_apis_webhook_with_its_token() -> 
     assert route["receiver"] == "leasework-api"
     assert route["group_by"] == ["..."]  # every alert a notification of its own
     assert (route["group_wait"], route["group_interval"]) == ("1s", "5s")
+    # the deadman to the same receiver, on a route of its own: one heartbeat an hour
+    (watchdog,) = route["routes"]
+    assert watchdog == {
+        "matchers": ['alertname="LeaseworkWatchdog"'],
+        "receiver": "leasework-api",
+        "repeat_interval": "1h",
+    }
     (receiver,) = cfg["receivers"]
     assert receiver["name"] == "leasework-api"
     (hook,) = receiver["webhook_configs"]
