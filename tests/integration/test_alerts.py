@@ -12,12 +12,19 @@ let a test pass that its own fault never triggered. A scratch Prometheus has see
 test's window, so what fires there was caused there. Its alerts carry a ``scratch_run``
 label of the test's own, so the notifications it caused are told apart from the stack
 Prometheus's and from earlier tests'.
+
+Every Prometheus also fires LeaseworkWatchdog, always (the deadman: a receiver that stops
+hearing it has lost the alert path); checks that no alert fires leave it out by name, and
+check instead that it fired and reached the api, so that "nothing fired" cannot pass on a
+Prometheus that evaluates nothing or an Alertmanager that delivers nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -31,26 +38,72 @@ from chaos.alerts import (
     wait_for_alerts,
     wait_for_deliveries,
 )
+from chaos.poll import poll
 from devstack.layout import KAFKA_NODE_IDS, KAFKA_WORKERS
+from devstack.services.alertmanager import WATCHDOG
 from leasework.client import AsyncClient
 from tests.integration.conftest import API_URL, wait_status
+
+UNREACHABLE = "LeaseworkAlertmanagerUnreachable"
+NOTIFICATIONS_FAILING = "LeaseworkAlertNotificationsFailing"
 
 
 @dataclass(frozen=True)
 class Scratch:
-    """A fresh Prometheus: its URL, and the ``scratch_run`` label its alerts carry."""
+    """A fresh Prometheus: its URL, the ``scratch_run`` label its alerts carry, and the
+    Unix time just before it started."""
 
     url: str
     run: str
+    started: float
 
 
 @pytest.fixture
 def prometheus(stack, tmp_path):
     """A fresh Prometheus that has scraped every leasework process at least once."""
     run = f"test-{uuid.uuid4().hex[:12]}"
+    started = time.time()
     with stack.scratch_prometheus(tmp_path, run=run) as url:
-        assert not firing_now(url=url), "a Prometheus with an empty TSDB cannot be firing"
-        yield Scratch(url, run)
+        firing = firing_now(url=url)
+        assert firing <= {WATCHDOG}, f"a Prometheus with an empty TSDB fires only {WATCHDOG}"
+        yield Scratch(url, run, started)
+
+
+@contextlib.contextmanager
+def alertmanager_stopped(stack) -> Iterator[None]:
+    """Alertmanager stopped for the block and started again (ready) after it, whatever
+    happens. The stack's state lock is held meanwhile: every other session's `just up` (and
+    every test session's stack fixture) would start it again within seconds (seen 1 s, 18 s
+    and 58 s after the stop, ending the outage under test); they wait for the lock instead."""
+    with stack._locked():
+        stack.stop("alertmanager")
+        try:
+            yield
+        finally:
+            stack.start("alertmanager")
+
+
+def firing_notifications(db, alertname: str, run: str) -> int:
+    """How many firing notifications of ``alertname`` the scratch Prometheus of ``run``
+    caused (rows of ``alert_notifications``)."""
+    row = db.execute(
+        """SELECT count(*) AS n FROM alert_notifications
+           WHERE alertname = %s AND status = 'firing' AND labels->>'scratch_run' = %s""",
+        (alertname, run),
+    ).fetchone()
+    return row["n"]
+
+
+def notifications_sent(url: str) -> float:
+    """Alerts the Prometheus at ``url`` has sent to Alertmanager, read off its own /metrics
+    (not a query: the self-scrape lags up to a scrape interval behind)."""
+    response = httpx.get(f"{url}/metrics", timeout=5)
+    response.raise_for_status()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in response.text.splitlines()
+        if line.startswith("prometheus_notifications_sent_total{")
+    )
 
 
 def assert_delivered(names: set[str], prometheus: Scratch, since: float) -> None:
@@ -85,8 +138,35 @@ def test_a_healthy_run_under_load_fires_no_alert(stack, client, tmp_path):
         time.sleep(4)  # one more evaluation after the last job
         fired = fired_between(start, time.time(), url=url)
         delivered = read_deliveries(run, start)
+    # the deadman fired and reached the api: the rules were evaluated and the path works
+    assert WATCHDOG in fired, f"{WATCHDOG} did not fire: were the rules evaluated? {fired}"
+    assert WATCHDOG in delivered, f"{WATCHDOG} was not delivered: is the alert path broken?"
+    fired.pop(WATCHDOG)
+    delivered.pop(WATCHDOG)
     assert not fired, f"alerts fired on a healthy run: {fired}"
     assert not delivered, f"notifications of a healthy run: {delivered}"
+
+
+def test_the_watchdog_fires_at_once_and_reaches_the_api_once(prometheus, db):
+    """The deadman fires at the first evaluation and reaches the webhook; held active by
+    Alertmanager, it is not notified again on Prometheus's resends (once an hour, its
+    route's repeat_interval). A fresh Prometheus drops its first send (it has not found
+    Alertmanager yet: discovery syncs every 5 s), so the first notification comes with the
+    resend, a minute later."""
+    fired = wait_for_alerts({WATCHDOG}, prometheus.started, timeout=30, url=prometheus.url)
+    assert WATCHDOG in fired, fired
+    delivered = wait_for_deliveries({WATCHDOG}, prometheus.run, prometheus.started, 120.0)
+    assert WATCHDOG in delivered, f"{WATCHDOG} fired, but no notification of it arrived"
+    # Prometheus resends it to Alertmanager a minute later: that is no new notification
+    sent = notifications_sent(prometheus.url)
+    resent = poll(
+        lambda: notifications_sent(prometheus.url),
+        lambda now: now > sent,
+        patience=90,
+        interval=2,
+    )
+    assert resent.met, "Prometheus did not resend the Watchdog within 90 s"
+    assert firing_notifications(db, WATCHDOG, prometheus.run) == 1
 
 
 def test_relay_killed_fires_relay_stalled_and_outbox_backlog(stack, client, prometheus):
@@ -120,20 +200,46 @@ def test_an_alert_fired_while_alertmanager_is_down_is_delivered_once_it_is_back(
     an Alertmanager that was down when the alert fired still delivers it once it is back,
     while the alert is still firing."""
     start = time.time()
-    stack.stop("alertmanager")
-    try:
+    with alertmanager_stopped(stack):
         for _ in range(3):
             client.submit("fail", {"times": 1, "permanent": True})
         fired = wait_for_alerts({"LeaseworkDeadLetters"}, start, timeout=120, url=prometheus.url)
         assert "LeaseworkDeadLetters" in fired, fired
         time.sleep(5)  # Prometheus has tried to send it, and failed
-        assert not read_deliveries(prometheus.run, start), "delivered with Alertmanager down"
-    finally:
-        stack.start("alertmanager")
+        delivered = read_deliveries(prometheus.run, start)
+        assert "LeaseworkDeadLetters" not in delivered, "delivered with Alertmanager down"
     back = time.time()
     delivered = wait_for_deliveries({"LeaseworkDeadLetters"}, prometheus.run, start, 90.0)
     assert "LeaseworkDeadLetters" in delivered, "not delivered after Alertmanager returned"
     assert delivered["LeaseworkDeadLetters"].received_at >= back
+
+
+def test_alertmanager_stopped_fires_unreachable_and_then_delivers_notifications_failing(
+    stack, prometheus
+):
+    """With Alertmanager stopped, Prometheus fires LeaseworkAlertmanagerUnreachable (its
+    scrape of Alertmanager fails, for 1m) and LeaseworkAlertNotificationsFailing (its sends
+    fail: the Watchdog's resends at least), neither deliverable. Once Alertmanager is back,
+    Unreachable resolves at the next scrape, and NotificationsFailing, still firing for its
+    5m window, reaches the api with Prometheus's next resend: the receiver learns that
+    notifications were lost."""
+    expected = {UNREACHABLE, NOTIFICATIONS_FAILING}
+    start = time.time()
+    with alertmanager_stopped(stack):
+        fired = wait_for_alerts(expected, start, timeout=180, url=prometheus.url)
+        assert expected <= fired.keys(), fired
+        assert WATCHDOG in firing_now(url=prometheus.url)  # Prometheus itself goes on
+    back = time.time()
+    resolved = poll(
+        lambda: firing_now(url=prometheus.url),
+        lambda firing: UNREACHABLE not in firing,
+        patience=30,
+        interval=1,
+    )
+    assert resolved.met, f"{UNREACHABLE} still firing with Alertmanager back: {resolved.value}"
+    assert NOTIFICATIONS_FAILING in resolved.value, "resolved before it could be delivered"
+    delivered = wait_for_deliveries({NOTIFICATIONS_FAILING}, prometheus.run, back, 90.0)
+    assert NOTIFICATIONS_FAILING in delivered, "not delivered after Alertmanager returned"
 
 
 # every worker's own Kafka proxies (kafka-N-worker-M); the relay's kafka-N stay up
