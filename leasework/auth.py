@@ -66,12 +66,19 @@ class _Bucket:
         self.at = now
 
     def take(self, now: float) -> bool:
-        self.tokens = min(FAILURE_BURST, self.tokens + (now - self.at) * FAILURES_PER_PREFIX)
-        self.at = now
+        self._refill(now)
         if self.tokens >= 1:
             self.tokens -= 1
             return True
         return False
+
+    def empty(self, now: float) -> bool:
+        self._refill(now)
+        return self.tokens < 1
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(FAILURE_BURST, self.tokens + (now - self.at) * FAILURES_PER_PREFIX)
+        self.at = now
 
 
 class Authenticator:
@@ -79,7 +86,7 @@ class Authenticator:
         self.db = db
         self._verified: dict[str, Principal] = {}  # fingerprint -> principal
         self._by_prefix: dict[str, operators.TokenRow] | None = None  # None until loaded
-        self._live: set[str] = set()  # token ids
+        self._by_id: dict[str, operators.TokenRow] = {}  # the same rows by token id
         self._key: bytes | None = None  # the deployment's HMAC key
         self._used: set[str] = set()
         self._rehash: dict[uuid.UUID, tuple[str, str]] = {}
@@ -111,7 +118,13 @@ class Authenticator:
             row = await self._after_two_reloads(prefix)
         if row is None or self._key is None:
             return await self._failed("unknown_prefix", prefix)
-        if needs_rehash(row.token_hash):
+        slow = needs_rehash(row.token_hash)
+        if slow:
+            # a hash made before the keyed one costs scrypt's CPU and memory: each check is
+            # paid from the prefix's failure budget up front, so wrong secrets cannot buy more
+            # than the budget (the first good use rewrites it as HMAC)
+            if not self._bucket(prefix).take(trio.current_time()):
+                return await self._failed("throttled", prefix, charged=True)
             ok = await trio.to_thread.run_sync(
                 verify_token, token, row.token_hash, self._key, limiter=self._slow
             )
@@ -123,24 +136,31 @@ class Authenticator:
             if len(self._refused) >= REFUSED_MAX:
                 self._refused.clear()
             self._refused[key] = trio.current_time() + REFUSED_FOR
-            return await self._failed("wrong_secret", prefix)
+            return await self._failed("wrong_secret", prefix, charged=slow)
         principal = Principal(str(row.id), row.name, row.scopes, row.rate, row.burst)
         self._verified[key] = principal
         self._used.add(principal.token_id)
         return principal
 
-    async def _failed(self, reason: str, prefix: str | None) -> None:
-        """Count a failed check; past the prefix's budget, answer it a little later."""
-        metrics.auth_failures.labels(reason).inc()
-        if prefix is None:
-            return None
-        now = trio.current_time()
+    def _bucket(self, prefix: str) -> _Bucket:
         bucket = self._failures.get(prefix)
         if bucket is None:
             if len(self._failures) >= REFUSED_MAX:
                 self._failures.clear()
-            bucket = self._failures[prefix] = _Bucket(now)
-        if not bucket.take(now) and self._delayed < DELAYED_MAX:
+            bucket = self._failures[prefix] = _Bucket(trio.current_time())
+        return bucket
+
+    async def _failed(self, reason: str, prefix: str | None, charged: bool = False) -> None:
+        """Count a failed check; past the prefix's budget, answer it a little later
+        (``charged``: the check was paid from the budget already)."""
+        metrics.auth_failures.labels(reason).inc()
+        if prefix is None:
+            return None
+        bucket = self._bucket(prefix)
+        spent = (
+            bucket.empty(trio.current_time()) if charged else not bucket.take(trio.current_time())
+        )
+        if spent and self._delayed < DELAYED_MAX:
             metrics.auth_failures.labels("throttled").inc()
             self._delayed += 1
             try:
@@ -162,14 +182,14 @@ class Authenticator:
         return (self._by_prefix or {}).get(prefix)
 
     def is_live(self, token_id: str) -> bool:
-        return self._by_prefix is None or token_id in self._live
+        return self._by_prefix is None or token_id in self._by_id
 
     def live_principal(self, token_id: str) -> Principal | None:
         """The principal of a live token by id (the console's sessions carry the id)."""
-        for row in (self._by_prefix or {}).values():
-            if str(row.id) == token_id:
-                return Principal(str(row.id), row.name, row.scopes, row.rate, row.burst)
-        return None
+        row = self._by_id.get(token_id)
+        if row is None:
+            return None
+        return Principal(str(row.id), row.name, row.scopes, row.rate, row.burst)
 
     async def _first_load(self) -> None:
         """Before the first reload has run: one load, shared by every request waiting."""
@@ -193,9 +213,9 @@ class Authenticator:
 
         self._key, rows = await self.db.run(reload)
         self._by_prefix = {row.prefix: row for row in rows}
-        self._live = {str(row.id) for row in rows}
+        self._by_id = {str(row.id): row for row in rows}
         for key, principal in list(self._verified.items()):
-            if principal.token_id not in self._live:
+            if principal.token_id not in self._by_id:
                 del self._verified[key]
         self._reloaded.set()
         self._reloaded = trio.Event()

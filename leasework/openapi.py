@@ -171,6 +171,13 @@ _REFUSALS = {
     },
 }
 
+_BODY_REFUSALS = {
+    "408": _problem("The body did not arrive within the read timeout"),
+    "413": _problem("The body is over this endpoint's cap (`limit_bytes` says it)"),
+}
+_BUSY = _problem("Too many large bodies are being read at once; retry (`Retry-After`)")
+LARGE_BODY_ROUTES = {("/jobs/batch", "post")}
+
 
 def secured(document_paths: dict) -> dict:
     """Each operation with its ``x-leasework-scope``, its ``security`` (``[]`` when public)
@@ -188,6 +195,10 @@ def secured(document_paths: dict) -> dict:
                     operation.get("description", "") + f" Needs scope `{scope}` (or admin)."
                 ).strip()
                 operation["responses"] = {**operation["responses"], **_REFUSALS}
+            # the guard's bounds on every request's body (leasework.limits)
+            operation["responses"] = {**_BODY_REFUSALS, **operation["responses"]}
+            if (template, method) in LARGE_BODY_ROUTES:
+                operation["responses"].setdefault("503", _BUSY)
     return document_paths
 
 

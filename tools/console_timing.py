@@ -36,6 +36,7 @@ from leasework import migrate, store
 from leasework.db import CONNECT_KWARGS, configure
 from leasework.store import console, operators
 from leasework.store.console import JobFilter
+from tools import console_pages
 from tools.conformance import database_dsn, drop_database, recreate_database
 
 DATABASE = "leasework_big"
@@ -330,7 +331,14 @@ def table(measured: list[Case]) -> list[str]:
     return lines
 
 
-def report(out: Path, rows: int, runs: int, fill_s: float | None, measured: list[Case]) -> str:
+def report(
+    out: Path,
+    rows: int,
+    runs: int,
+    fill_s: float | None,
+    measured: list[Case],
+    pages: list[console_pages.PageTiming] | None = None,
+) -> str:
     facts = []
     with psycopg.connect(database_dsn(POSTGRES_DIRECT_DSN, DATABASE)) as conn:
         facts.append(conn.execute("SELECT version()").fetchone()[0])
@@ -358,6 +366,18 @@ def report(out: Path, rows: int, runs: int, fill_s: float | None, measured: list
         *table(measured),
         "",
     ]
+    if pages is not None:
+        lines += [
+            "## The pages end to end",
+            "",
+            f"An api of its own on `{DATABASE}`, a console session logged in through the form "
+            f"(an admin token), each page fetched over HTTP {runs} times after one warm-up: "
+            "rendering, the overview's Prometheus queries, the guard and the rate limit "
+            "included.",
+            "",
+            *console_pages.table(pages),
+            "",
+        ]
     text = "\n".join(lines)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(text)
@@ -372,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help=f"keep {DATABASE} afterwards")
     parser.add_argument("--reuse", action="store_true", help=f"measure a kept {DATABASE}")
+    parser.add_argument(
+        "--pages", action="store_true", help="also time the console's pages over HTTP"
+    )
     parser.add_argument("--out", default="reports/console-timing")
     args = parser.parse_args(argv)
 
@@ -386,7 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         measured = cases(datetime.now(UTC))
         for case in measured:
             measure(dsn, case, args.runs)
-        text = report(out, args.rows, args.runs, fill_s, measured)
+        pages = None
+        if args.pages:
+            out.mkdir(parents=True, exist_ok=True)
+            pages = console_pages.time_pages(dsn, args.runs, out / "api.log")
+        text = report(out, args.rows, args.runs, fill_s, measured, pages)
     finally:
         if not args.keep:
             drop_database(DATABASE)

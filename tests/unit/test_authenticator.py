@@ -168,3 +168,22 @@ async def test_a_token_made_a_moment_ago_is_found_at_the_next_reloads_without_a_
         assert await authenticator.principal(new_token()[0]) is None  # a stranger: refused
         assert trio.current_time() - started <= auth.UNKNOWN_WAIT  # after the same wait
         nursery.cancel_scope.cancel()
+
+
+async def test_past_a_prefixs_budget_a_slow_hash_is_not_checked_at_all(monkeypatch, autojump_clock):
+    rows = Rows(replace(ROW, token_hash=hash_token_scrypt(TOKEN)))
+    patch_store(monkeypatch, rows)
+    checks = []
+    real = auth.verify_token
+    monkeypatch.setattr(auth, "verify_token", lambda t, h, k: checks.append(t) or real(t, h, k))
+    authenticator = auth.Authenticator(rows)  # type: ignore[arg-type]
+    await authenticator.refresh_once()
+
+    async def guess(n: int) -> None:
+        assert await authenticator.principal(f"lw_{PREFIX}_" + f"{n:043d}") is None
+
+    async with trio.open_nursery() as nursery:  # a guesser's burst, all at once
+        for n in range(auth.FAILURE_BURST + 5):
+            nursery.start_soon(guess, n)
+    # it bought at most the budget's scrypt checks, not one per guess
+    assert len(checks) == auth.FAILURE_BURST
