@@ -90,3 +90,6 @@ def test_every_route_the_api_serves_is_in_the_document():
             served.add((template, method.lower()))
     served.add(("/jobs", "post"))  # the ASGI fast path
     assert served == set(OPERATION_SCOPES)
+    # no static folder served by accident: the console's stylesheet is the only file
+    files = {rule.rule for rule in quart.url_map.iter_rules() if rule.endpoint.endswith("static")}
+    assert files == {"/ui/static/<path:filename>"}, files
