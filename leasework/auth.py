@@ -87,6 +87,7 @@ class Authenticator:
         self._verified: dict[str, Principal] = {}  # fingerprint -> principal
         self._by_prefix: dict[str, operators.TokenRow] | None = None  # None until loaded
         self._by_id: dict[str, operators.TokenRow] = {}  # the same rows by token id
+        self._gone: set[str] = set()  # prefixes that were live and no longer are (revoked)
         self._key: bytes | None = None  # the deployment's HMAC key
         self._used: set[str] = set()
         self._rehash: dict[uuid.UUID, tuple[str, str]] = {}
@@ -114,7 +115,12 @@ class Authenticator:
         if self._by_prefix is None or self._key is None:
             await self._first_load()
         row = (self._by_prefix or {}).get(prefix)
-        if row is None and self._running and self._waiting < UNKNOWN_WAITING_MAX:
+        if (
+            row is None
+            and prefix not in self._gone  # a revoked token is refused at once
+            and self._running
+            and self._waiting < UNKNOWN_WAITING_MAX
+        ):
             row = await self._after_two_reloads(prefix)
         if row is None or self._key is None:
             return await self._failed("unknown_prefix", prefix)
@@ -209,9 +215,14 @@ class Authenticator:
                 operators.tokens_rehash(conn, rehash)
             if used:
                 operators.tokens_touch(conn, [uuid.UUID(i) for i in used])
-            return operators.token_key(conn), operators.tokens_live(conn)
+            key = self._key if self._key is not None else operators.token_key(conn)
+            return key, operators.tokens_live(conn)
 
         self._key, rows = await self.db.run(reload)
+        if self._by_prefix is not None:
+            if len(self._gone) >= REFUSED_MAX:
+                self._gone.clear()
+            self._gone |= set(self._by_prefix) - {row.prefix for row in rows}
         self._by_prefix = {row.prefix: row for row in rows}
         self._by_id = {str(row.id): row for row in rows}
         for key, principal in list(self._verified.items()):

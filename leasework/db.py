@@ -8,6 +8,7 @@ and rolled back when it raises.
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -43,6 +44,13 @@ def configure(conn: psycopg.Connection) -> None:
     integer of 5,000 digits stored through some other door) becomes a marker the worker
     reports as an unreadable payload, instead of an exception in the middle of a claim."""
     set_json_loads(parse_json, context=conn)
+
+
+log = logging.getLogger("leasework.db")
+
+
+class _DeadConnection(Exception):
+    """``fn`` met a dead connection before its transaction could commit."""
 
 
 IDLE_CHECK_SECONDS = 1.0  # a pooled connection idle longer than this is checked before use
@@ -95,13 +103,34 @@ class Database:
         await trio.to_thread.run_sync(lambda: self.pool.close(timeout=5.0))
 
     async def run(self, fn: Callable[..., T], *args: object) -> T:
-        """Run ``fn(conn, *args)`` in one transaction on a pooled connection, in a thread."""
+        """Run ``fn(conn, *args)`` in one transaction on a pooled connection, in a thread.
+
+        A connection that turns out dead while ``fn`` runs (Postgres restarted under a busy
+        pool, whose connections the idle check let through) cannot have committed anything:
+        the pool's connections are checked and ``fn`` runs once more on a working one. A
+        failure of the COMMIT itself is never retried (its outcome is unknown)."""
 
         def call() -> T:
-            with self.pool.connection() as conn:
-                return fn(conn, *args)
+            try:
+                return self._once(fn, args)
+            except _DeadConnection:
+                log.warning("a pooled connection was dead; checking the pool, trying once more")
+                self.pool.check()
+                try:
+                    return self._once(fn, args)
+                except _DeadConnection as again:
+                    raise again.__cause__ from None  # type: ignore[misc]
 
         return await trio.to_thread.run_sync(call, limiter=self.limiter)
+
+    def _once(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
+        with self.pool.connection() as conn:
+            try:
+                return fn(conn, *args)
+            except psycopg.OperationalError as exc:
+                if conn.broken:
+                    raise _DeadConnection from exc
+                raise
 
     def connect(self, **overrides: object) -> psycopg.Connection:
         """A dedicated connection outside the pool (LISTEN, probes); blocking: call in a thread."""

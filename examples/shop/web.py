@@ -13,13 +13,15 @@ import sys
 
 import psycopg
 import trio
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 from quart import request
 from quart_trio import QuartTrio
 
 import leasework
 from examples.shop.jobs import Receipt
 from examples.shop.jobs import app as jobs_app
+
+POOL_WAIT = 3.0  # seconds to wait for a pooled connection before taking one of its own
 
 
 class StaleConnection(Exception):
@@ -28,46 +30,47 @@ class StaleConnection(Exception):
 
 
 def place_order(pool: ConnectionPool, email: str, amount: int, key: str | None) -> dict:
-    """:func:`place_order_once`, tried once more on a fresh connection when the pooled one
-    turned out dead before anything was written (a Postgres restart between the pool's check
-    and the order)."""
+    """:func:`place_order_on` a pooled connection; when the pool's connection turned out dead
+    before anything was written, or the pool has none to give yet (Postgres just restarted,
+    the pool still reconnecting), on a connection of its own instead, once."""
     try:
-        return place_order_once(pool, email, amount, key)
-    except StaleConnection:
-        try:
-            return place_order_once(pool, email, amount, key)
-        except StaleConnection as again:
-            raise again.__cause__ from None  # type: ignore[misc]
+        with pool.connection(timeout=POOL_WAIT) as conn:  # commits on exit
+            return place_order_on(conn, email, amount, key)
+    except (StaleConnection, PoolTimeout):
+        with psycopg.connect(pool.conninfo, connect_timeout=5) as conn:  # commits on exit
+            try:
+                return place_order_on(conn, email, amount, key)
+            except StaleConnection as again:
+                raise again.__cause__ from None  # type: ignore[misc]
 
 
-def place_order_once(pool: ConnectionPool, email: str, amount: int, key: str | None) -> dict:
+def place_order_on(conn: psycopg.Connection, email: str, amount: int, key: str | None) -> dict:
     """One transaction: the order row, its receipt job (and the job's outbox row)."""
-    with pool.connection() as conn:  # commits on exit, rolls back on an exception
-        try:
-            row = conn.execute(
-                """INSERT INTO shop_orders (email, amount_cents, idempotency_key)
-                   VALUES (%s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id""",
-                (email, amount, key),
-            ).fetchone()
-        except psycopg.OperationalError as exc:
-            if conn.broken:
-                raise StaleConnection from exc
-            raise
-        if row is None:  # a retry of an order already placed: answer with it
-            order_id, job_id = conn.execute(
-                "SELECT id, receipt_job_id FROM shop_orders WHERE idempotency_key = %s", (key,)
-            ).fetchone()
-            return {"order_id": order_id, "receipt_job_id": str(job_id), "replay": True}
-        order_id = row[0]
-        job_id = leasework.enqueue(
-            conn,
-            "send_receipt",
-            Receipt(order_id=order_id, email=email),
-            app=jobs_app,
-            idempotency_key=key,
-        )
-        conn.execute("UPDATE shop_orders SET receipt_job_id = %s WHERE id = %s", (job_id, order_id))
-        return {"order_id": order_id, "receipt_job_id": str(job_id), "replay": False}
+    try:
+        row = conn.execute(
+            """INSERT INTO shop_orders (email, amount_cents, idempotency_key)
+               VALUES (%s, %s, %s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id""",
+            (email, amount, key),
+        ).fetchone()
+    except psycopg.OperationalError as exc:
+        if conn.broken:
+            raise StaleConnection from exc
+        raise
+    if row is None:  # a retry of an order already placed: answer with it
+        order_id, job_id = conn.execute(
+            "SELECT id, receipt_job_id FROM shop_orders WHERE idempotency_key = %s", (key,)
+        ).fetchone()
+        return {"order_id": order_id, "receipt_job_id": str(job_id), "replay": True}
+    order_id = row[0]
+    job_id = leasework.enqueue(
+        conn,
+        "send_receipt",
+        Receipt(order_id=order_id, email=email),
+        app=jobs_app,
+        idempotency_key=key,
+    )
+    conn.execute("UPDATE shop_orders SET receipt_job_id = %s WHERE id = %s", (job_id, order_id))
+    return {"order_id": order_id, "receipt_job_id": str(job_id), "replay": False}
 
 
 def create_app(pool: ConnectionPool) -> QuartTrio:
