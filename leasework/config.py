@@ -152,7 +152,7 @@ class Settings:
     prune_interval: float = 60.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
-    # api: what one request may cost, besides the two body caps above (leasework.limits)
+    # api: what one request may cost, besides the two body caps above (leasework.api.limits)
     max_webhook_bytes: int = 262_144
     max_form_bytes: int = 8_192
     max_small_body_bytes: int = 65_536

@@ -11,15 +11,15 @@ import trio
 from confluent_kafka.admin import AdminClient
 
 from leasework import api, metrics, relay, store
+from leasework.api.auth import Authenticator, RateLimiter
+from leasework.api.groupcommit import GroupCommit
 from leasework.app import App
-from leasework.auth import Authenticator, RateLimiter
 from leasework.config import Settings
 from leasework.db import Database
-from leasework.groupcommit import GroupCommit
 from leasework.health import Health
 from leasework.kafka import cluster_probe
 from leasework.service import Stopping, run_service
-from leasework.worker import Worker
+from leasework.worker.process import Worker
 
 log = logging.getLogger("leasework.roles")
 

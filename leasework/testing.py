@@ -32,8 +32,8 @@ from leasework.app import App
 from leasework.context import JobContext
 from leasework.enqueue import job, prepare
 from leasework.errors import LeaseworkError
-from leasework.execution import HandlerResult, call_handler, describe
 from leasework.states import Status
+from leasework.worker.execution import HandlerResult, call_handler, describe
 
 
 @dataclass(frozen=True)

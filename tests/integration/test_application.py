@@ -27,7 +27,7 @@ from examples.shop.jobs import Receipt
 from examples.shop.jobs import app as shop_app
 from leasework import testing
 from leasework.db import Database
-from leasework.pruner import Pruner, Retention
+from leasework.relay.pruner import Pruner, Retention
 from leasework.states import Status
 from tests.integration.conftest import DIRECT_DSN, wait_for, wait_status
 

@@ -25,9 +25,9 @@ import psycopg
 import pytest
 
 import leasework
+from leasework.api.limits import BodyLimits
 from leasework.config import Settings
 from leasework.demo import app as demo_app
-from leasework.limits import BodyLimits
 from leasework.tokens import new_token
 from tests.integration.conftest import API_URL, DIRECT_DSN, auth, wait_for
 from tools import bystander

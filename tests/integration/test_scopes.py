@@ -1,4 +1,4 @@
-"""One scope table for every door (leasework.scopes): every API operation and every console
+"""One scope table for every door (leasework.api.scopes): every API operation and every console
 page or action, asked with a token of each scope, is refused (403) exactly when the table says
 the token lacks the scope, and served otherwise. The console's routes are read from the app
 itself, so a page added without an entry in the table fails here."""
@@ -13,9 +13,9 @@ import httpx
 import pytest
 from quart_trio import QuartTrio
 
+from leasework.api.console import add_console_routes
+from leasework.api.scopes import OPERATION_SCOPES, console_scope
 from leasework.config import Settings
-from leasework.console import add_console_routes
-from leasework.scopes import OPERATION_SCOPES, console_scope
 from leasework.tokens import Principal
 from tests.integration.conftest import API_URL
 

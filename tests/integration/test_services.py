@@ -14,13 +14,13 @@ import trio
 
 from devstack.layout import POSTGRES_DIRECT_DSN, REDIS_PORT
 from leasework import store
-from leasework.completer import Completer
 from leasework.db import Database
 from leasework.demo import app as demo_app
-from leasework.heartbeat import CancelReason, Heartbeat, RunningJob
 from leasework.lease import Leases, lease_key
-from leasework.producer import Producer, Skip
 from leasework.states import Status
+from leasework.worker.claim import Producer, Skip
+from leasework.worker.completer import Completer
+from leasework.worker.heartbeat import CancelReason, Heartbeat, RunningJob
 from tests.integration.conftest import dlq_message
 
 TTL = 60.0

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 
 from leasework import config, metrics, store
 from leasework.job import Job
-from leasework.pruner import Pruner, Retention
+from leasework.relay.pruner import Pruner, Retention
 from leasework.states import IllegalTransition, Status
 from leasework.store import console
 from leasework.store import relay as store_relay

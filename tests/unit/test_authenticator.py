@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 
 import trio
 
-from leasework import auth, metrics
+from leasework import metrics
+from leasework.api import auth
 from leasework.store import operators
 from leasework.tokens import hash_token, hash_token_scrypt, needs_rehash, new_token
 

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from leasework.bodies import off_loop, parse_body
-from leasework.limits import OFFLOAD_BYTES
-from leasework.problems import Problem
+from leasework.api.bodies import off_loop, parse_body
+from leasework.api.limits import OFFLOAD_BYTES
+from leasework.api.problems import Problem
 
 
 def test_a_body_that_could_hold_too_many_values_is_refused_before_it_is_decoded():

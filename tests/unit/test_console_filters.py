@@ -1,11 +1,11 @@
-"""The jobs page's query string (leasework/console/filters.py)."""
+"""The jobs page's query string (leasework/api/console/filters.py)."""
 
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leasework.console import filters
+from leasework.api.console import filters
 from leasework.store.console import JobFilter
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

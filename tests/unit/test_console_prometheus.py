@@ -1,13 +1,13 @@
-"""The overview's Prometheus answers, parsed (leasework/console/prometheus.py), and its
-charts (leasework/console/charts.py)."""
+"""The overview's Prometheus answers, parsed (leasework/api/console/prometheus.py), and its
+charts (leasework/api/console/charts.py)."""
 
 import socket
 
 import httpx
 import pytest
 
-from leasework.console import prometheus
-from leasework.console.charts import line_chart
+from leasework.api.console import prometheus
+from leasework.api.console.charts import line_chart
 
 
 def vector(*samples):

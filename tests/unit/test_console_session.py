@@ -1,11 +1,11 @@
-"""The console's session cookie, CSRF token and login nonce (leasework/console/session.py)."""
+"""The console's session cookie, CSRF token and login nonce (leasework/api/console/session.py)."""
 
 import time
 
 import pytest
 from itsdangerous import URLSafeTimedSerializer
 
-from leasework.console.session import (
+from leasework.api.console.session import (
     Session,
     SessionCodec,
     cookie_options,
@@ -112,7 +112,7 @@ def test_cookies_are_httponly_samesite_strict_and_scoped_to_the_console():
 def test_the_cookie_is_secure_behind_a_trusted_tls_proxy_only():
     import ipaddress
 
-    from leasework.console.routes import served_over_tls
+    from leasework.api.console.routes import served_over_tls
 
     proxies = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::1/128"))
     assert served_over_tls("https", None, None, ())

@@ -9,8 +9,8 @@ from pydantic import BaseModel
 
 import leasework
 from leasework.context import JobContext
-from leasework.execution import call_handler, encode_result
 from leasework.jsonlimits import MAX_RESULT_BYTES
+from leasework.worker.execution import call_handler, encode_result
 
 app = leasework.App("execution")
 

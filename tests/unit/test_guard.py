@@ -8,15 +8,15 @@ import re
 import pytest
 
 from leasework import demo
-from leasework.api import create_app
-from leasework.auth import Authenticator, Routes
+from leasework.api.auth import Authenticator, Routes
+from leasework.api.groupcommit import GroupCommit
+from leasework.api.guard import bearer_token, refusal
+from leasework.api.openapi import openapi_document
+from leasework.api.scopes import OPERATION_SCOPES
+from leasework.api.server import create_app
 from leasework.config import load
 from leasework.db import Database
-from leasework.groupcommit import GroupCommit
-from leasework.guard import bearer_token, refusal
 from leasework.health import Health
-from leasework.openapi import openapi_document
-from leasework.scopes import OPERATION_SCOPES
 from leasework.tokens import Principal
 
 ROUTES = Routes(openapi_document(demo.app))

@@ -11,10 +11,10 @@ import pytest
 import trio
 
 from leasework import demo
-from leasework.auth import Routes
-from leasework.guard import Guard
-from leasework.limits import LARGE_BODIES, LARGE_BODY_BYTES, BodyLimits
-from leasework.openapi import openapi_document
+from leasework.api.auth import Routes
+from leasework.api.guard import Guard
+from leasework.api.limits import LARGE_BODIES, LARGE_BODY_BYTES, BodyLimits
+from leasework.api.openapi import openapi_document
 
 LIMITS = BodyLimits(
     submit=1000, batch=4 * LARGE_BODY_BYTES, webhook=500, form=100, small=50, read_timeout=5.0

@@ -1,4 +1,4 @@
-from leasework.offsets import OffsetTracker
+from leasework.worker.offsets import OffsetTracker
 
 
 def test_commits_only_the_contiguous_finished_prefix():

@@ -1,7 +1,7 @@
 """/openapi.json is built from the loaded app: each type's payload schema, by discriminator."""
 
+from leasework.api.openapi import openapi_document
 from leasework.demo import app
-from leasework.openapi import openapi_document
 
 
 def test_each_job_type_has_a_submit_schema_with_its_payload():

@@ -15,12 +15,12 @@ import trio.lowlevel
 
 from leasework.config import Settings
 from leasework.demo import app as demo_app
-from leasework.heartbeat import CancelReason, Heartbeat, RunningJob, lease_deadline
 from leasework.job import Job
 from leasework.lease import Claim
-from leasework.producer import Started
 from leasework.states import Status
-from leasework.worker import Worker
+from leasework.worker.claim import Started
+from leasework.worker.heartbeat import CancelReason, Heartbeat, RunningJob, lease_deadline
+from leasework.worker.process import Worker
 
 TTL = 9.0
 

@@ -24,29 +24,29 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from leasework import metrics, store
+from leasework.api.auth import Authenticator, RateLimiter, Routes
+from leasework.api.bodies import body_too_large, invalid, json_body, off_loop, parse_body
+from leasework.api.console import add_console_routes
+from leasework.api.groupcommit import GroupCommit
+from leasework.api.guard import ClientGone, Guard
+from leasework.api.limits import MAX_BATCH_STRUCTURE, BodyLimits
+from leasework.api.openapi import openapi_document
+from leasework.api.operators import actor, add_operator_routes
+from leasework.api.problems import Problem
 from leasework.app import TYPE_NAME_PATTERN, App
-from leasework.auth import Authenticator, RateLimiter, Routes
-from leasework.bodies import body_too_large, invalid, json_body, off_loop, parse_body
 from leasework.config import Settings
-from leasework.console import add_console_routes
 from leasework.db import Database
 from leasework.errors import FieldError
-from leasework.groupcommit import GroupCommit
-from leasework.guard import ClientGone, Guard
 from leasework.health import Health
 from leasework.job import Job
 from leasework.jsonlimits import compact, whole_numbers
-from leasework.limits import MAX_BATCH_STRUCTURE, BodyLimits
-from leasework.openapi import openapi_document
-from leasework.operator_api import actor, add_operator_routes
-from leasework.problems import Problem
 from leasework.service import add_ops_routes
 from leasework.states import RETRYABLE, Status
 from leasework.store import operators
 from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row
 from leasework.validation import batch_requests, job_request, parse_run_at
 
-log = logging.getLogger("leasework.api")
+log = logging.getLogger("leasework.api.server")
 
 PROBLEM = "application/problem+json"
 

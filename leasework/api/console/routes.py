@@ -25,11 +25,10 @@ from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
 
 from leasework import store
-from leasework.auth import Authenticator, RateLimiter
-from leasework.config import Settings
-from leasework.console import filters, prometheus
-from leasework.console.charts import line_chart
-from leasework.console.session import (
+from leasework.api.auth import Authenticator, RateLimiter
+from leasework.api.console import filters, prometheus
+from leasework.api.console.charts import line_chart
+from leasework.api.console.session import (
     COOKIE,
     COOKIE_PATH,
     CSRF_FIELD,
@@ -43,16 +42,17 @@ from leasework.console.session import (
     safe_next,
     same_origin,
 )
+from leasework.api.guard import rate_limited
+from leasework.api.scopes import JOB_AUDIT_SCOPE, console_scope
+from leasework.config import Settings
 from leasework.db import Database
-from leasework.guard import rate_limited
-from leasework.scopes import JOB_AUDIT_SCOPE, console_scope
 from leasework.states import RETRYABLE, TERMINAL, Status
 from leasework.store import console as queries
 from leasework.store import operators
 
-log = logging.getLogger("leasework.console")
+log = logging.getLogger("leasework.api.console")
 
-VIEW_SCOPE = "read"  # the least a session needs (leasework.scopes has each page's)
+VIEW_SCOPE = "read"  # the least a session needs (leasework.api.scopes has each page's)
 ACTION_SCOPE = console_scope("cancel")  # cancel, retry and bulk retry
 SHOWN_BYTES = 65_536  # of a payload or result on the job's page
 RUNNING_SHOWN = 2_000  # running jobs on the workers page
@@ -166,7 +166,7 @@ class Console:
 
     async def authenticate(self) -> Response | None:
         """Before every console request but the login page and the stylesheet: a live
-        session whose token has the endpoint's scope (:func:`leasework.scopes.console_scope`,
+        session whose token has the endpoint's scope (:func:`leasework.api.scopes.console_scope`,
         the same as its API twin's), within the token's rate limit."""
         endpoint = (request.endpoint or "console.not_found").removeprefix("console.")
         needs = console_scope(endpoint)

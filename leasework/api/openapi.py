@@ -8,13 +8,13 @@ from typing import Any
 
 import pydantic
 
+from leasework.api.openapi_operators import OPERATOR_SCHEMAS, operator_paths
+from leasework.api.openapi_parts import REF, nullable
+from leasework.api.openapi_parts import json_response as _json
+from leasework.api.openapi_parts import problem as _problem
+from leasework.api.openapi_parts import ref as _ref
+from leasework.api.scopes import OPERATION_SCOPES
 from leasework.app import App, JobType
-from leasework.openapi_operators import OPERATOR_SCHEMAS, operator_paths
-from leasework.openapi_parts import REF, nullable
-from leasework.openapi_parts import json_response as _json
-from leasework.openapi_parts import problem as _problem
-from leasework.openapi_parts import ref as _ref
-from leasework.scopes import OPERATION_SCOPES
 from leasework.states import RETRYABLE, Status
 from leasework.submission import MAX_ATTEMPTS, MAX_BATCH, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
 
@@ -158,7 +158,7 @@ def openapi_document(app: App) -> dict:
     return document
 
 
-# Which scope each operation needs is leasework.scopes.OPERATION_SCOPES (None: public). Every
+# Which scope each operation needs is leasework.api.scopes.OPERATION_SCOPES (None: public). Every
 # operation must be listed (an endpoint cannot be added unprotected: :func:`secured` raises,
 # and so does the api's route table).
 
@@ -195,7 +195,7 @@ def secured(document_paths: dict) -> dict:
                     operation.get("description", "") + f" Needs scope `{scope}` (or admin)."
                 ).strip()
                 operation["responses"] = {**operation["responses"], **_REFUSALS}
-            # the guard's bounds on every request's body (leasework.limits)
+            # the guard's bounds on every request's body (leasework.api.limits)
             operation["responses"] = {**_BODY_REFUSALS, **operation["responses"]}
             if (template, method) in LARGE_BODY_ROUTES:
                 operation["responses"].setdefault("503", _BUSY)

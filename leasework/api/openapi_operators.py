@@ -1,14 +1,14 @@
-"""The OpenAPI paths and schemas of the operators' endpoints (:mod:`leasework.operator_api`):
+"""The OpenAPI paths and schemas of the operators' endpoints (:mod:`leasework.api.operators`):
 tokens, the audit log, workers, Alertmanager's webhook."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from leasework.openapi_parts import json_response as _json
-from leasework.openapi_parts import nullable
-from leasework.openapi_parts import problem as _problem
-from leasework.openapi_parts import ref as _ref
+from leasework.api.openapi_parts import json_response as _json
+from leasework.api.openapi_parts import nullable
+from leasework.api.openapi_parts import problem as _problem
+from leasework.api.openapi_parts import ref as _ref
 from leasework.tokens import SCOPES, TOKEN_NAME_PATTERN
 
 

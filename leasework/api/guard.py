@@ -1,6 +1,6 @@
 """The api's door keeper, an ASGI middleware in front of every route.
 
-For each request it finds the operation in the OpenAPI document (:class:`leasework.auth.Routes`)
+For each request it finds the operation in the OpenAPI document (:class:`leasework.api.auth.Routes`)
 and answers, before any handler runs:
 
 * 405 with ``Allow`` when the path exists but not with that method;
@@ -10,7 +10,7 @@ and answers, before any handler runs:
 * 429 with ``Retry-After`` when the token's rate limit is spent;
 
 and then reads the body itself, under the route's cap and the read timeout
-(:mod:`leasework.limits`), before the app sees a byte of it:
+(:mod:`leasework.api.limits`), before the app sees a byte of it:
 
 * 413 at once when ``Content-Length`` or the bytes received pass the cap;
 * 408 when the body has not arrived within the read timeout;
@@ -32,10 +32,10 @@ from typing import Any
 import trio
 
 from leasework import metrics
-from leasework.auth import Authenticator, RateLimiter, Route, Routes
-from leasework.bodies import body_too_large
-from leasework.limits import LARGE_BODIES, LARGE_BODY_BYTES, BodyLimits
-from leasework.problems import Problem
+from leasework.api.auth import Authenticator, RateLimiter, Route, Routes
+from leasework.api.bodies import body_too_large
+from leasework.api.limits import LARGE_BODIES, LARGE_BODY_BYTES, BodyLimits
+from leasework.api.problems import Problem
 from leasework.tokens import Principal
 
 PRINCIPAL_KEY = "leasework.principal"

@@ -39,7 +39,7 @@ from leasework.tokens import (
     verify_token,
 )
 
-log = logging.getLogger("leasework.auth")
+log = logging.getLogger("leasework.api.auth")
 
 REFRESH_EVERY = 0.5  # seconds between reloads of the live tokens
 REFUSED_FOR = 60.0  # seconds a token that failed its check is refused without another

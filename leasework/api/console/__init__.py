@@ -3,6 +3,6 @@ no script and no build step (:mod:`.routes`); the session, CSRF and login checks
 (:mod:`.session`), the jobs page's filters (:mod:`.filters`), the overview's Prometheus
 queries (:mod:`.prometheus`) and its charts (:mod:`.charts`) are pure and unit-tested."""
 
-from leasework.console.routes import add_console_routes
+from leasework.api.console.routes import add_console_routes
 
 __all__ = ["add_console_routes"]

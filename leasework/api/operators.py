@@ -1,8 +1,8 @@
 """The operators' endpoints of the api: tokens (admin), the audit log, live workers, and the
 webhook Alertmanager delivers notifications to (scope ``alerts``).
 
-Each operation's scope is in the OpenAPI document (:mod:`leasework.openapi`); the guard
-(:mod:`leasework.guard`) has checked it before a handler here runs.
+Each operation's scope is in the OpenAPI document (:mod:`leasework.api.openapi`); the guard
+(:mod:`leasework.api.guard`) has checked it before a handler here runs.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import psycopg
 from quart import request
 from quart_trio import QuartTrio
 
-from leasework.bodies import invalid, json_body
+from leasework.api.bodies import invalid, json_body
+from leasework.api.guard import principal_of
+from leasework.api.limits import BodyLimits
+from leasework.api.problems import Problem
 from leasework.db import Database
 from leasework.errors import FieldError
-from leasework.guard import principal_of
 from leasework.jsonlimits import storable_errors, whole_numbers
-from leasework.limits import BodyLimits
-from leasework.problems import Problem
 from leasework.store import operators
 from leasework.tokens import TOKEN_NAME_PATTERN, TokenError, parse_scopes
 

@@ -22,7 +22,7 @@ import trio
 from leasework import store
 from leasework.db import Database
 
-log = logging.getLogger("leasework.groupcommit")
+log = logging.getLogger("leasework.api.groupcommit")
 
 MAX_ROWS = 500
 FLUSHERS = 2  # groups in flight at once: one commits while the next gathers

@@ -1,4 +1,4 @@
-"""``python -m leasework.lagprobe BROKERS GROUP TOPIC [EVERY]``: print the group's lag per
+"""``python -m leasework.relay.lagprobe BROKERS GROUP TOPIC [EVERY]``: print the group's lag per
 partition as one JSON line, every ``EVERY`` seconds (once, without it), until killed.
 
 The relay runs this as a long-lived child process rather than in its own: group-offset

@@ -23,10 +23,10 @@ from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
-from leasework.pruner import Pruner, Retention
+from leasework.relay.pruner import Pruner, Retention
 from leasework.service import Stopping, pass_failed
 
-log = logging.getLogger("leasework.relay")
+log = logging.getLogger("leasework.relay.process")
 
 NOTIFY_CHANNEL = "leasework_outbox"
 PUBLISH_TIMEOUT = 20.0  # seconds to wait for delivery reports of one batch
@@ -187,12 +187,12 @@ LAG_EVERY = 5.0  # seconds between consumer-lag samples
 
 async def consumer_lag_loop(settings: Settings) -> None:
     """Export the workers' consumer-group lag per partition, measured from outside the group
-    by a long-lived child process (see :mod:`leasework.lagprobe` for why a child), restarted
+    by a long-lived child process (see :mod:`leasework.relay.lagprobe` for why a child), restarted
     when it dies."""
     command = [
         sys.executable,
         "-m",
-        "leasework.lagprobe",
+        "leasework.relay.lagprobe",
         ",".join(settings.kafka_brokers),
         settings.consumer_group,
         settings.topic_ready,

@@ -1,8 +1,8 @@
 """Request bodies: strict JSON under a size limit, and the problems that refuse them.
 
-The guard has already read the body under its route's cap (:mod:`leasework.limits`); what is
+The guard has already read the body under its route's cap (:mod:`leasework.api.limits`); what is
 left to bound is the CPU of decoding and checking it, so a body over
-:data:`~leasework.limits.OFFLOAD_BYTES` is decoded and checked in a worker thread
+:data:`~leasework.api.limits.OFFLOAD_BYTES` is decoded and checked in a worker thread
 (:func:`off_loop`), never on the event loop, and a body that could hold more values than its
 door allows is refused before it is decoded at all.
 """
@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 import trio
 from quart import request
 
+from leasework.api.limits import OFFLOAD_BYTES, PARSE_CONCURRENCY
+from leasework.api.problems import Problem
 from leasework.errors import FieldError
 from leasework.jsonlimits import MalformedJSON, TooDeep, parse_json, structure_estimate
-from leasework.limits import OFFLOAD_BYTES, PARSE_CONCURRENCY
-from leasework.problems import Problem
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from leasework.job import Job
 from leasework.lease import Claim, Leases
 from leasework.states import Status
 
-log = logging.getLogger("leasework.producer")
+log = logging.getLogger("leasework.worker.claim")
 
 
 class Skip(StrEnum):

@@ -1,10 +1,10 @@
 """The worker process: a Kafka consumer feeding a bounded set of concurrent job tasks.
 
 Messages arrive in batches (``consume`` in one thread hop). The producer
-(:mod:`leasework.producer`) turns a batch into started jobs in three round trips; each job's
+(:mod:`leasework.worker.claim`) turns a batch into started jobs in three round trips; each job's
 handler runs in a cancel scope of its own whose deadline is its lease's lower bound of
-validity, moved by the heartbeat (:mod:`leasework.heartbeat`: every lease of the worker in
-one renewal); its outcome goes to the completer (:mod:`leasework.completer`), which writes
+validity, moved by the heartbeat (:mod:`leasework.worker.heartbeat`: every lease of the worker in
+one renewal); its outcome goes to the completer (:mod:`leasework.worker.completer`), which writes
 outcomes in batches, each row fenced on its own. Only once a job's outcome is durable is its
 offset marked finished; the finished prefix of each partition is stored and committed in the
 background by librdkafka (and synchronously on revoke and shutdown), never per message.
@@ -27,12 +27,17 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from leasework import metrics, store
 from leasework.app import App
 from leasework.backoff import retry_or_dead
-from leasework.completer import Completer, Finished, UnsafeCompleter
 from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.context import JobContext
 from leasework.db import Database
-from leasework.execution import HandlerResult, call_handler, describe
-from leasework.heartbeat import (
+from leasework.job import Job
+from leasework.lease import Leases
+from leasework.service import Stopping
+from leasework.states import Status
+from leasework.worker.claim import Producer, Started
+from leasework.worker.completer import Completer, Finished, UnsafeCompleter
+from leasework.worker.execution import HandlerResult, call_handler, describe
+from leasework.worker.heartbeat import (
     CancelReason,
     Heartbeat,
     Presence,
@@ -40,14 +45,9 @@ from leasework.heartbeat import (
     lease_deadline,
     presence_loop,
 )
-from leasework.job import Job
-from leasework.lease import Leases
-from leasework.offsets import OffsetTracker
-from leasework.producer import Producer, Started
-from leasework.service import Stopping
-from leasework.states import Status
+from leasework.worker.offsets import OffsetTracker
 
-log = logging.getLogger("leasework.worker")
+log = logging.getLogger("leasework.worker.process")
 
 MAX_POLL = 500  # messages per consume() call, at most
 GATHER = 0.02  # seconds a batch waits for company after its first message

@@ -30,7 +30,7 @@ from leasework.lease import Claim, Leases
 from leasework.states import Status
 from leasework.store import operators
 
-log = logging.getLogger("leasework.completer")
+log = logging.getLogger("leasework.worker.completer")
 
 MAX_BATCH = 100
 MAX_WAIT = 0.015  # seconds the first outcome of a batch waits for company

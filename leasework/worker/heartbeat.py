@@ -25,7 +25,7 @@ from leasework.db import Database
 from leasework.lease import Claim, Leases
 from leasework.store import operators
 
-log = logging.getLogger("leasework.heartbeat")
+log = logging.getLogger("leasework.worker.heartbeat")
 
 LEASE_MARGIN_FRACTION = 0.2  # a handler's deadline is renewal + TTL * (1 - margin)
 

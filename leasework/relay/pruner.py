@@ -24,7 +24,7 @@ from leasework.service import pass_failed
 from leasework.states import Status
 from leasework.store.relay import rows_prune
 
-log = logging.getLogger("leasework.pruner")
+log = logging.getLogger("leasework.relay.pruner")
 
 BATCH = 1000  # rows per statement: short transactions, bounded lock time
 

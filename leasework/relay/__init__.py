@@ -1,0 +1,7 @@
+"""The relay process: one maintenance service per module (outbox, promoter, reaper, pruner,
+lag), each with a small config, ``run_once()`` returning what it did and ``run()`` looping
+with its own backoff; :mod:`leasework.relay.process` runs them in one nursery."""
+
+from leasework.relay.process import outbox_gauge_loop, run
+
+__all__ = ["outbox_gauge_loop", "run"]

@@ -1,0 +1,6 @@
+"""The worker process: a delivery passes through consume, claim, execute, complete and
+offsets once, in that order (see :mod:`leasework.worker.process`, which wires the stages)."""
+
+from leasework.worker.process import Worker
+
+__all__ = ["Worker"]
