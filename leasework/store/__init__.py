@@ -41,8 +41,6 @@ from leasework.store.submit import (
     jobs_insert_async,
 )
 from leasework.store.worker import (
-    Completion,
-    Outcome,
     effects_apply,
     fence_max,
     jobs_defer_many,
@@ -58,9 +56,7 @@ __all__ = [
     "JOB_COLUMNS",
     "CancelOutcome",
     "CancelResult",
-    "Completion",
     "Inserted",
-    "Outcome",
     "OutboxMessage",
     "RetryOutcome",
     "RetryResult",

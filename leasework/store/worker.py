@@ -4,9 +4,6 @@ deferral, reaping. Every statement takes a whole batch; every row keeps its own 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -15,6 +12,7 @@ from leasework.backoff import retry_or_dead
 from leasework.context import Effect
 from leasework.db import savepoint
 from leasework.job import Job
+from leasework.outcomes import Completion, Outcome
 from leasework.states import Status, transition
 from leasework.store.common import JOB_COLUMNS, Row, dlq_outbox_add
 
@@ -105,19 +103,6 @@ def jobs_defer_many(
         {"ids": job_ids, "base": base, "cap": cap, "reason": reason},
     ).fetchall()
     return [Job.from_row(r) for r in rows]
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One attempt's outcome waiting for its fenced write: the job under ``fence``, what
-    became of it, the handler's effects (applied only if the job succeeded and the fence
-    holds), and what the outcome becomes if one of those effects raises."""
-
-    job_id: uuid.UUID
-    fence: int
-    outcome: Outcome
-    effects: tuple[Effect, ...] = ()
-    effect_failed: Callable[[Exception], Outcome] | None = None
 
 
 FINISH_MANY = """
@@ -255,14 +240,6 @@ def jobs_unfence_many(conn: psycopg.Connection, claims: list[tuple[uuid.UUID, in
            FROM unnest(%s::uuid[], %s::bigint[]) AS c(id, fence) WHERE jobs.id = c.id""",
         ([c[0] for c in claims], [c[1] for c in claims]),
     )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: Status  # succeeded, failed (retry later), dead or cancelled
-    error: str | None = None
-    retry_in: float | None = None  # seconds, for failed
-    result: Any = None  # JSON, for succeeded
 
 
 def _leave_running(

@@ -27,6 +27,7 @@ import trio
 from leasework import metrics, store
 from leasework.db import Database
 from leasework.lease import Claim, Leases
+from leasework.outcomes import Completion
 from leasework.states import Status
 from leasework.store import operators
 
@@ -52,7 +53,7 @@ class Finished:
 
 @dataclass
 class _Waiting:
-    completion: store.Completion
+    completion: Completion
     claim: Claim
     done: trio.Event = field(default_factory=trio.Event)
     finished: Finished | None = None
@@ -78,7 +79,7 @@ class Completer:
         self._send, self._receive = trio.open_memory_channel[_Waiting](math.inf)
         self.flushes = 0  # batches written, for tests and metrics
 
-    async def complete(self, completion: store.Completion, claim: Claim) -> Finished:
+    async def complete(self, completion: Completion, claim: Claim) -> Finished:
         """Queue ``completion`` for the next batch and wait until it is durable."""
         waiting = _Waiting(completion, claim)
         metrics.completer_waiting.inc()
@@ -90,9 +91,7 @@ class Completer:
         assert waiting.finished is not None
         return waiting.finished
 
-    def write(
-        self, conn: psycopg.Connection, batch: list[store.Completion], retrying: bool
-    ) -> dict:
+    def write(self, conn: psycopg.Connection, batch: list[Completion], retrying: bool) -> dict:
         written = store.jobs_finish_many(conn, batch, dlq_topic=self.dlq_topic, retrying=retrying)
         # what the fence refused, kept for the console (same transaction: no write, no row)
         operators.fence_rejections_add(
@@ -163,8 +162,6 @@ class UnsafeCompleter(Completer):
     matches. Exists only so the fencing demonstration and the chaos harness can show what the
     fence prevents (``LEASEWORK_LEASE_MODE=unsafe-plain-ttl``)."""
 
-    def write(
-        self, conn: psycopg.Connection, batch: list[store.Completion], retrying: bool
-    ) -> dict:
+    def write(self, conn: psycopg.Connection, batch: list[Completion], retrying: bool) -> dict:
         store.jobs_unfence_many(conn, [(c.job_id, c.fence) for c in batch])
         return super().write(conn, batch, retrying)

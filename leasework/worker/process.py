@@ -24,7 +24,7 @@ import redis
 import trio
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from leasework import metrics, store
+from leasework import metrics
 from leasework.app import App
 from leasework.backoff import retry_or_dead
 from leasework.config import UNSAFE_LEASE_MODE, Settings
@@ -32,6 +32,7 @@ from leasework.context import JobContext
 from leasework.db import Database
 from leasework.job import Job
 from leasework.lease import Leases
+from leasework.outcomes import Completion, Outcome
 from leasework.service import Stopping
 from leasework.states import Status
 from leasework.worker.claim import Producer, Started
@@ -344,7 +345,7 @@ class Worker:
             if release_slot:
                 self._done()
 
-    async def execute(self, started: Started) -> store.Completion:
+    async def execute(self, started: Started) -> Completion:
         """Run the handler under its two scopes (lease deadline, job timeout) and turn what
         happened into the completion the completer writes."""
         job, claim = started.job, started.claim
@@ -388,11 +389,11 @@ class Worker:
         outcome = self.outcome_of(job, handled, timed_out, running.reason)
         effects = tuple(ctx.effects) if outcome.status == Status.SUCCEEDED else ()
 
-        def effect_failed(exc: Exception) -> store.Outcome:
+        def effect_failed(exc: Exception) -> Outcome:
             error = f"a fenced effect raised {describe(exc)}"
             return self.retry_outcome(job, error, permanent=job_type.is_permanent(exc))
 
-        return store.Completion(job.id, job.fence, outcome, effects, effect_failed)
+        return Completion(job.id, job.fence, outcome, effects, effect_failed)
 
     def outcome_of(
         self,
@@ -400,10 +401,10 @@ class Worker:
         handled: HandlerResult | None,
         timed_out: bool,
         cancelled_by: CancelReason | None,
-    ) -> store.Outcome:
+    ) -> Outcome:
         """The attempt's outcome: ``handled`` is None when a scope cut the handler short."""
         if cancelled_by == CancelReason.REQUEST:
-            return store.Outcome(Status.CANCELLED, "cancelled on request while running")
+            return Outcome(Status.CANCELLED, "cancelled on request while running")
         permanent = False
         if cancelled_by == CancelReason.LEASE:
             error = "lease lost: handler cancelled at its lease deadline"
@@ -412,7 +413,7 @@ class Worker:
         elif timed_out or handled is None:
             error = f"timed out after {job.timeout_seconds}s"
         elif handled.ok:
-            return store.Outcome(Status.SUCCEEDED, result=handled.result)
+            return Outcome(Status.SUCCEEDED, result=handled.result)
         else:
             error, permanent = handled.error, handled.permanent
         return self.retry_outcome(
@@ -421,7 +422,7 @@ class Worker:
 
     def retry_outcome(
         self, job: Job, error: str, *, permanent: bool = False, immediate: bool = False
-    ) -> store.Outcome:
+    ) -> Outcome:
         """``failed`` with the job's own backoff (else the settings'), or ``dead``."""
         decision = retry_or_dead(
             job.attempt,
@@ -431,9 +432,9 @@ class Worker:
             permanent=permanent,
             immediate=immediate,
         )
-        return store.Outcome(decision.status, error, retry_in=decision.delay)
+        return Outcome(decision.status, error, retry_in=decision.delay)
 
-    def record(self, job: Job, intended: store.Outcome, finished: Finished) -> None:
+    def record(self, job: Job, intended: Outcome, finished: Finished) -> None:
         """Metrics and the log line of one written (or fence-rejected) outcome."""
         if finished.rejected:
             metrics.fence_rejections.inc()

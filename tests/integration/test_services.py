@@ -17,6 +17,7 @@ from leasework import store
 from leasework.db import Database
 from leasework.demo import app as demo_app
 from leasework.lease import Leases, lease_key
+from leasework.outcomes import Completion, Outcome
 from leasework.states import Status
 from leasework.worker.claim import Producer, Skip
 from leasework.worker.completer import Completer
@@ -155,13 +156,13 @@ async def test_one_flush_fences_each_row_on_its_own(db, leases, producer):
     await db.run(lambda c: c.execute("UPDATE jobs SET fence = fence + 1 WHERE id = %s", (stale,)))
 
     def completion(job_id, outcome, effects=()):
-        return store.Completion(job_id, by_id[job_id].claim.fence, outcome, tuple(effects))
+        return Completion(job_id, by_id[job_id].claim.fence, outcome, tuple(effects))
 
-    succeeded = store.Outcome(Status.SUCCEEDED, result={"ok": True})
+    succeeded = Outcome(Status.SUCCEEDED, result={"ok": True})
     completer = Completer(db, leases, dlq_topic="jobs.dlq")
     results = {}
 
-    async def complete(c: store.Completion) -> None:
+    async def complete(c: Completion) -> None:
         results[c.job_id] = await completer.complete(c, by_id[c.job_id].claim)
 
     async with trio.open_nursery() as background:
@@ -172,7 +173,7 @@ async def test_one_flush_fences_each_row_on_its_own(db, leases, producer):
                     completion(ok, succeeded, [effect_row(ok, by_id[ok].claim.fence)]),
                     completion(broken, succeeded, [effect_row(broken, 0), broken_effect]),
                     completion(stale, succeeded, [effect_row(stale, 0)]),
-                    completion(doomed, store.Outcome(Status.DEAD, "gave up")),
+                    completion(doomed, Outcome(Status.DEAD, "gave up")),
                 ):
                     waiters.start_soon(complete, c)
         background.cancel_scope.cancel()

@@ -16,6 +16,7 @@ from psycopg.rows import dict_row
 
 from leasework import config, metrics, store
 from leasework.job import Job
+from leasework.outcomes import Completion, Outcome
 from leasework.relay.pruner import Pruner, Retention
 from leasework.states import IllegalTransition, Status
 from leasework.store import console
@@ -82,9 +83,9 @@ def test_the_fenced_finish_writes_only_the_rows_whose_fence_holds(conn):
     done = store.jobs_finish_many(
         conn,
         [
-            store.Completion(current.id, 7, store.Outcome(Status.SUCCEEDED, result=[1, 2])),
-            store.Completion(stale.id, 6, store.Outcome(Status.SUCCEEDED)),  # an older claim
-            store.Completion(waiting.id, 0, store.Outcome(Status.SUCCEEDED)),  # not running
+            Completion(current.id, 7, Outcome(Status.SUCCEEDED, result=[1, 2])),
+            Completion(stale.id, 6, Outcome(Status.SUCCEEDED)),  # an older claim
+            Completion(waiting.id, 0, Outcome(Status.SUCCEEDED)),  # not running
         ],
         dlq_topic="jobs.dlq",
     )
@@ -102,8 +103,8 @@ def test_a_failed_attempt_waits_for_its_retry_and_a_dead_one_is_dead_lettered(co
     store.jobs_finish_many(
         conn,
         [
-            store.Completion(retried.id, 7, store.Outcome(Status.FAILED, "boom", retry_in=30)),
-            store.Completion(doomed.id, 7, store.Outcome(Status.DEAD, "gave up")),
+            Completion(retried.id, 7, Outcome(Status.FAILED, "boom", retry_in=30)),
+            Completion(doomed.id, 7, Outcome(Status.DEAD, "gave up")),
         ],
         dlq_topic="jobs.dlq",
     )
@@ -118,9 +119,7 @@ def test_a_failed_attempt_waits_for_its_retry_and_a_dead_one_is_dead_lettered(co
 def test_an_outcome_running_cannot_reach_is_refused_before_any_write(conn):
     job = running(conn)
     with pytest.raises(IllegalTransition):
-        store.jobs_finish_many(
-            conn, [store.Completion(job.id, 7, store.Outcome(Status.QUEUED))], dlq_topic="d"
-        )
+        store.jobs_finish_many(conn, [Completion(job.id, 7, Outcome(Status.QUEUED))], dlq_topic="d")
 
 
 def test_the_reaper_requeues_expired_leases_with_backoff_and_kills_the_last_attempt(conn):
@@ -201,7 +200,7 @@ def test_deferral_cancel_and_retry_move_only_the_states_they_may(conn):
 
 def test_a_retried_write_whose_first_try_committed_reports_written_not_rejected(conn):
     job = running(conn)
-    completion = store.Completion(job.id, 7, store.Outcome(Status.SUCCEEDED))
+    completion = Completion(job.id, 7, Outcome(Status.SUCCEEDED))
     assert store.jobs_finish_many(conn, [completion], dlq_topic="d") == {job.id: Status.SUCCEEDED}
     # the answer to that COMMIT was lost: the completer writes the same batch again
     assert store.jobs_finish_many(conn, [completion], dlq_topic="d") == {}
@@ -210,7 +209,7 @@ def test_a_retried_write_whose_first_try_committed_reports_written_not_rejected(
     # a write under a fence the reaper closed is still a rejection
     reaped = running(conn, sql_lease_expires_at="now() - interval '1 minute'")
     store.jobs_reap_expired(conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="d")
-    late = store.Completion(reaped.id, 7, store.Outcome(Status.SUCCEEDED))
+    late = Completion(reaped.id, 7, Outcome(Status.SUCCEEDED))
     assert store.jobs_finish_many(conn, [late], dlq_topic="d", retrying=True) == {}
 
 
