@@ -25,7 +25,6 @@ import inspect
 import json
 import math
 import os
-import re
 import sys
 import typing
 from collections.abc import Awaitable, Callable, Iterator
@@ -36,11 +35,8 @@ import pydantic
 import pydantic_core
 
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
+from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
-
-TYPE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-MAX_ATTEMPTS_LIMIT = 100
-MAX_TIMEOUT_SECONDS = 86_400
 
 _UNSET: Any = object()
 
@@ -99,10 +95,10 @@ class JobType:
         if max_attempts is not None and (
             isinstance(max_attempts, bool)
             or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+            or not 1 <= max_attempts <= MAX_ATTEMPTS
         ):
             raise AppError(
-                f"{name}: max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}, "
+                f"{name}: max_attempts must be an integer from 1 to {MAX_ATTEMPTS}, "
                 f"got {max_attempts!r}"
             )
         self.max_attempts = max_attempts

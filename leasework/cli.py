@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from leasework import config, token_cli
+from leasework.states import RETRYABLE
 
 ROLES = ("api", "relay", "worker", "dev", "migrate")
 
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("job_id", nargs="?")
     p.add_argument("--type")
-    p.add_argument("--status", choices=("dead", "cancelled"))
+    p.add_argument("--status", choices=sorted(RETRYABLE))
     p.add_argument("--since", dest="finished_after", help="finished at or after (RFC 3339)")
     p.add_argument("--until", dest="finished_before", help="finished before (RFC 3339)")
     p.add_argument("--limit", type=int)

@@ -13,6 +13,7 @@ import anyio
 import httpx
 
 from leasework.errors import JobFailed, WaitTimeout
+from leasework.states import TERMINAL
 from leasework.tokens import auth_headers, default_token
 
 DEFAULT_URL = os.environ.get("LEASEWORK_API_URL", "http://127.0.0.1:8080")
@@ -74,7 +75,7 @@ def batch_item(job: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-FINAL = {"succeeded", "dead", "cancelled"}
+FINAL = frozenset(str(s) for s in TERMINAL)
 WAIT_INTERVAL = 0.2
 
 

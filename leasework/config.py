@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 DEFAULT_OPS_ADDR = {
@@ -227,8 +229,8 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     integers = {
         "WORKER_CONCURRENCY": ("worker_concurrency", 1, 1024),
         "RELAY_BATCH_SIZE": ("relay_batch_size", 1, 10_000),
-        "DEFAULT_MAX_ATTEMPTS": ("default_max_attempts", 1, 100),
-        "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, 86_400),
+        "DEFAULT_MAX_ATTEMPTS": ("default_max_attempts", 1, MAX_ATTEMPTS),
+        "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, MAX_TIMEOUT_SECONDS),
         "MAX_BODY_BYTES": ("max_body_bytes", 1024, 64 * 1_048_576),
         "MAX_BATCH_BYTES": ("max_batch_bytes", 1024, 256 * 1_048_576),
         "MAX_WEBHOOK_BYTES": ("max_webhook_bytes", 1024, 64 * 1_048_576),

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 from leasework.states import Status
+
+# What every door accepts (the app's declarations, HTTP, ``enqueue``, the SQL function in
+# migration 0002, the OpenAPI document): one definition each, tested equal to the SQL's.
+TYPE_NAME_REGEX = r"^[A-Za-z0-9_.:-]{1,100}$"
+TYPE_NAME_PATTERN = re.compile(TYPE_NAME_REGEX)
+TYPE_NAME_HINT = "1-100 letters, digits and _ . : -"
+MAX_ATTEMPTS = 100
+MAX_TIMEOUT_SECONDS = 86_400
+MAX_DELAY_SECONDS = 366 * 86_400
+MAX_KEY_CHARS = 200  # idempotency and ordering keys
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from leasework import jsonlimits
-from leasework.app import TYPE_NAME_PATTERN, App
+from leasework.app import App
 from leasework.errors import FieldError
+from leasework.job import (
+    MAX_ATTEMPTS,
+    MAX_DELAY_SECONDS,
+    MAX_KEY_CHARS,
+    MAX_TIMEOUT_SECONDS,
+    TYPE_NAME_PATTERN,
+)
 
-MAX_DELAY_SECONDS = 366 * 86400
-MAX_TIMEOUT_SECONDS = 86400
-MAX_ATTEMPTS = 100
-MAX_KEY_CHARS = 200  # idempotency and ordering keys
 MAX_BATCH = 1000
 # what Python's datetime can hold after conversion to UTC; Postgres holds more
 MIN_RUN_AT = datetime(1, 1, 2, tzinfo=UTC)
