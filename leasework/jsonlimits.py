@@ -34,6 +34,8 @@ MAX_INT_DIGITS = 1_000
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_NODES = 100_000  # values in one payload (or result, or operator body)
 MAX_RESULT_BYTES = 65_536
+# values a batch body may hold, bounded before parsing by structure_estimate
+MAX_BATCH_STRUCTURE = 1_000_000
 
 
 class MalformedJSON(ValueError):

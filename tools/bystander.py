@@ -28,8 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from leasework.api.limits import MAX_BATCH_STRUCTURE
-from leasework.jsonlimits import MAX_NODES
+from leasework.jsonlimits import MAX_BATCH_STRUCTURE, MAX_NODES
 from leasework.tokens import default_token
 
 DEFAULT_URL = "http://127.0.0.1:8080"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from leasework.config import Settings
+from leasework.jsonlimits import MAX_BATCH_STRUCTURE  # noqa: F401  (the api's, kept with the value limits)
 
 
 class BodyKind(StrEnum):
@@ -39,9 +40,6 @@ OFFLOAD_BYTES = 32 * 1024  # a body larger than this is parsed in a worker threa
 PARSE_CONCURRENCY = 2  # such parses at once per process (the machine's cores)
 LARGE_BODY_BYTES = 1_048_576  # a body larger than this holds one of LARGE_BODIES slots
 LARGE_BODIES = 8
-
-# values a body may hold, bounded before parsing by jsonlimits.structure_estimate
-MAX_BATCH_STRUCTURE = 1_000_000
 
 
 @dataclass(frozen=True)
