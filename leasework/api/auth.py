@@ -50,8 +50,9 @@ FAILURES_PER_PREFIX = 5.0
 FAILURE_BURST = 20
 FAILURE_DELAY = 1.0  # seconds a throttled failure waits before its answer
 DELAYED_MAX = 256  # answers waiting at once; past that they are not delayed
-# an unknown prefix may be a token made a moment ago: it waits for the next reload but one
-# (shared by every request waiting, so still no query per request), at most this long
+# an unknown prefix may be a token made a moment ago: it waits for one reload that began
+# after it arrived (shared by every request waiting, so still no query per request), at most
+# this long
 UNKNOWN_WAIT = 2.0
 UNKNOWN_WAITING_MAX = 1_000
 
@@ -97,6 +98,8 @@ class Authenticator:
         self._waiting = 0
         self._running = False  # whether run() reloads
         self._reloaded = trio.Event()  # set (and replaced) by every reload
+        self._reloads_begun = 0  # reloads started, and the last one finished, by number
+        self._reload_finished = 0
         self._loading = trio.Lock()
         self._slow = trio.CapacityLimiter(SLOW_VERIFY_CONCURRENCY)
 
@@ -121,7 +124,7 @@ class Authenticator:
             and self._running
             and self._waiting < UNKNOWN_WAITING_MAX
         ):
-            row = await self._after_two_reloads(prefix)
+            row = await self._after_a_reload(prefix)
         if row is None or self._key is None:
             return await self._failed("unknown_prefix", prefix)
         slow = needs_rehash(row.token_hash)
@@ -175,13 +178,16 @@ class Authenticator:
                 self._delayed -= 1
         return None
 
-    async def _after_two_reloads(self, prefix: str) -> operators.TokenRow | None:
-        """The prefix's row once a reload that began after this request has finished: a
-        token made just before its first use is found, with no query of its own."""
+    async def _after_a_reload(self, prefix: str) -> operators.TokenRow | None:
+        """The prefix's row once a reload that began after this request has finished (one in
+        progress when it arrived may have read the tokens before the new one was made): a
+        token made just before its first use is found, with no query of its own, at most
+        :data:`REFRESH_EVERY` plus one query later."""
+        wanted = self._reloads_begun + 1
         self._waiting += 1
         try:
             with trio.move_on_after(UNKNOWN_WAIT):
-                for _ in range(2):
+                while self._reload_finished < wanted:
                     await self._reloaded.wait()
         finally:
             self._waiting -= 1
@@ -207,6 +213,8 @@ class Authenticator:
                     log.warning("cannot load live tokens", extra={"error": str(exc)[:200]})
 
     async def refresh_once(self) -> None:
+        self._reloads_begun += 1
+        number = self._reloads_begun
         used, self._used = self._used, set()
         rehash, self._rehash = self._rehash, {}
 
@@ -228,6 +236,7 @@ class Authenticator:
         for key, principal in list(self._verified.items()):
             if principal.token_id not in self._by_id:
                 del self._verified[key]
+        self._reload_finished = max(self._reload_finished, number)
         self._reloaded.set()
         self._reloaded = trio.Event()
 
