@@ -97,7 +97,7 @@ def firing_now(*, url: str = PROMETHEUS_URL) -> set[str]:
 
 
 @dataclass(frozen=True)
-class Delivery:
+class AlertArrival:
     """An alert's first firing notification that reached the api through Alertmanager:
     when the api recorded it, and when Prometheus says the alert started (its ``startsAt``,
     the time it became firing). Unix times."""
@@ -109,11 +109,11 @@ class Delivery:
 
 def first_deliveries(
     rows: Iterable[AlertNotification], labels: Mapping[str, str], since: float
-) -> dict[str, Delivery]:
+) -> dict[str, AlertArrival]:
     """Alert name -> the first notification among ``rows`` that is firing, reached the
     receiver ``leasework-api``, was received at or after ``since`` and carries every one
     of ``labels`` (pure)."""
-    found: dict[str, Delivery] = {}
+    found: dict[str, AlertArrival] = {}
     for row in rows:
         received = row.received_at.timestamp()
         if (
@@ -126,11 +126,11 @@ def first_deliveries(
         first = found.get(row.alertname)
         if first is None or received < first.received_at:
             starts = row.starts_at.timestamp() if row.starts_at is not None else None
-            found[row.alertname] = Delivery(row.alertname, received, starts)
+            found[row.alertname] = AlertArrival(row.alertname, received, starts)
     return found
 
 
-def read_deliveries(run: str, since: float) -> dict[str, Delivery]:
+def read_deliveries(run: str, since: float) -> dict[str, AlertArrival]:
     """The first firing notification of each alert the scratch Prometheus of run ``run``
     caused, received since ``since`` (blocking; read straight from Postgres)."""
     with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
@@ -140,7 +140,7 @@ def read_deliveries(run: str, since: float) -> dict[str, Delivery]:
 
 def wait_for_deliveries(
     names: Collection[str], run: str, since: float, timeout: float = DELIVERY_PATIENCE
-) -> dict[str, Delivery]:
+) -> dict[str, AlertArrival]:
     """Poll until a notification of every alert in ``names`` has arrived (or ``timeout``
     passes); returns what arrived."""
     return poll(
@@ -211,7 +211,9 @@ class RunPrometheus:
         except (httpx.HTTPError, ValueError, KeyError):
             return None
 
-    async def delivered(self, names: Collection[str], since: float) -> dict[str, Delivery] | None:
+    async def delivered(
+        self, names: Collection[str], since: float
+    ) -> dict[str, AlertArrival] | None:
         """The notifications of this run's alerts received since ``since``; waits up to
         DELIVERY_PATIENCE for those of ``names``. None when they cannot be read."""
         if self.url is None:

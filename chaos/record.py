@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chaos.alerts import Delivery
+    from chaos.alerts import AlertArrival
     from chaos.history import Op
     from chaos.judge import Judgement
     from chaos.links import Link
@@ -66,7 +66,7 @@ class AlertDelivery:
 
     @classmethod
     def of(
-        cls, d: Delivery, fired: float | None, start_epoch: float, fault_epoch: float | None
+        cls, d: AlertArrival, fired: float | None, start_epoch: float, fault_epoch: float | None
     ) -> AlertDelivery:
         return cls(
             None if fired is None else round(fired - start_epoch, 1),
@@ -96,7 +96,7 @@ class AlertsSeen:
         firing_at_start: set[str] | None,
         fired: Mapping[str, float] | None,
         start_epoch: float,
-        delivered: Mapping[str, Delivery] | None = None,
+        delivered: Mapping[str, AlertArrival] | None = None,
         fault_epoch: float | None = None,
     ) -> AlertsSeen:
         """``fired``: alert name -> first Unix time it was firing; ``delivered``: alert

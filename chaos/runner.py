@@ -49,7 +49,7 @@ from typing import Any
 import trio
 
 from chaos import nemeses
-from chaos.alerts import Delivery, RunPrometheus
+from chaos.alerts import AlertArrival, RunPrometheus
 from chaos.generator import plan_submits
 from chaos.history import HistoryWriter, Recorder
 from chaos.judge import HARNESS, Evidence, Judgement, judge_run
@@ -208,7 +208,7 @@ class _Seen:
     tables: dict[str, Any]
     kafka_messages: list[dict[str, Any]] | None
     fired: dict[str, float] | None
-    delivered: dict[str, Delivery] | None  # notifications through Alertmanager, by alert
+    delivered: dict[str, AlertArrival] | None  # notifications through Alertmanager, by alert
     fault_epoch: float | None  # when the first fault started (None: none did)
     crashed: list[str]
     meddling: list[str]

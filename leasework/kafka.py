@@ -30,7 +30,7 @@ def producer_config(brokers: Sequence[str], client_id: str) -> dict:
 
 
 @dataclass(frozen=True)
-class Delivery:
+class PublishResult:
     ok: bool
     error: str | None = None
 
@@ -43,12 +43,12 @@ class BlockingPublisher:
 
     def publish(
         self, messages: Sequence[tuple[str, str, object, dict]], timeout: float
-    ) -> list[Delivery]:
-        results: list[Delivery | None] = [None] * len(messages)
+    ) -> list[PublishResult]:
+        results: list[PublishResult | None] = [None] * len(messages)
 
         def report(index: int):
             def on_delivery(err: KafkaError | None, _msg) -> None:
-                results[index] = Delivery(err is None, None if err is None else str(err))
+                results[index] = PublishResult(err is None, None if err is None else str(err))
 
             return on_delivery
 
@@ -71,8 +71,8 @@ class BlockingPublisher:
             # not acknowledged in time: counted as failed here; the outbox keeps the rows
             for index, result in enumerate(results):
                 if result is None:
-                    results[index] = Delivery(False, "no delivery report within timeout")
-        return [r if r is not None else Delivery(False, "no report") for r in results]
+                    results[index] = PublishResult(False, "no delivery report within timeout")
+        return [r if r is not None else PublishResult(False, "no report") for r in results]
 
     def close(self, timeout: float = 5.0) -> None:
         self.producer.flush(timeout)

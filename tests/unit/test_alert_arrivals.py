@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from chaos.alerts import Delivery, first_deliveries
+from chaos.alerts import AlertArrival, first_deliveries
 from chaos.record import AlertsSeen
 from chaos.report import alerts_markdown
 from devstack.services.prometheus import scratch_labels
@@ -54,8 +54,8 @@ def test_a_delivery_is_the_first_firing_notification_of_this_runs_prometheus():
     ]
     found = first_deliveries(rows, RUN, since=T0 + 10.0)
     assert found == {
-        "LeaseworkRelayStalled": Delivery("LeaseworkRelayStalled", T0 + 75.0, T0 + 74.0),
-        "LeaseworkDeadLetters": Delivery("LeaseworkDeadLetters", T0 + 40.0, None),
+        "LeaseworkRelayStalled": AlertArrival("LeaseworkRelayStalled", T0 + 75.0, T0 + 74.0),
+        "LeaseworkDeadLetters": AlertArrival("LeaseworkDeadLetters", T0 + 40.0, None),
     }
     assert first_deliveries(rows, scratch_labels("nobody"), since=T0) == {}
 
@@ -66,7 +66,7 @@ def test_the_record_and_the_report_show_when_each_alert_fired_and_arrived():
         set(),
         {"LeaseworkRelayStalled": T0 + 72.0, "LeaseworkOutboxBacklog": T0 + 100.0},
         T0,
-        {"LeaseworkRelayStalled": Delivery("LeaseworkRelayStalled", T0 + 73.25, T0 + 71.0)},
+        {"LeaseworkRelayStalled": AlertArrival("LeaseworkRelayStalled", T0 + 73.25, T0 + 71.0)},
         fault_epoch=T0 + 10.0,
     )
     data = seen.to_dict()
