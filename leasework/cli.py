@@ -8,10 +8,14 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from leasework import config, token_cli
 from leasework.states import RETRYABLE
+
+if TYPE_CHECKING:  # the client (httpx) is imported only by the commands that talk to the api
+    from leasework.client import ApiError, Client
 
 ROLES = ("api", "relay", "worker", "dev", "migrate")
 
@@ -159,10 +163,7 @@ def submit_file(client: Any, path: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ROLES:
-        return run_role(argv[0], argv[1:])
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leasework", description=__doc__)
     parser.add_argument(
         "--url",
@@ -206,12 +207,113 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("smoke", help="submit a noop job and wait for it to succeed")
     p.add_argument("--timeout", type=float, default=60.0)
     token_cli.add_parser(sub)
+    return parser
+
+
+Command = Callable[["Client", argparse.Namespace, argparse.ArgumentParser], int]
+
+
+def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.file is not None:
+        return submit_file(client, args.file)
+    if args.type is None:
+        parser.error("submit needs a TYPE (or --file)")
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        print(f"payload is not JSON: {exc}", file=sys.stderr)
+        return 2
+    _print(
+        client.submit(
+            args.type,
+            payload,
+            idempotency_key=args.idempotency_key,
+            delay_seconds=args.delay_seconds,
+            run_at=args.run_at,
+            max_attempts=args.max_attempts,
+            timeout_seconds=args.timeout_seconds,
+            ordering_key=args.ordering_key,
+        )
+    )
+    return 0
+
+
+def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from leasework.errors import JobFailed, WaitTimeout
+
+    try:
+        _print(client.wait(args.job_id, args.timeout))
+    except (JobFailed, WaitTimeout) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _retry(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    filters = (args.type, args.status, args.finished_after, args.finished_before)
+    if args.job_id is not None:
+        if any(f is not None for f in filters):
+            parser.error("retry takes a JOB_ID or filters, not both")
+        _print(client.retry(args.job_id))
+        return 0
+    count = client.retry_many(
+        type=args.type,
+        status=args.status,
+        finished_after=args.finished_after,
+        finished_before=args.finished_before,
+        limit=args.limit,
+    )
+    _print({"retried": count})
+    return 0
+
+
+def _printing(call: Callable[[Client, argparse.Namespace], Any]) -> Command:
+    def command(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+        _print(call(client, args))
+        return 0
+
+    return command
+
+
+# the commands that talk to the api, by name
+API_COMMANDS: dict[str, Command] = {
+    "submit": _submit,
+    "get": _printing(lambda client, args: client.get(args.job_id)),
+    "wait": _wait,
+    "list": _printing(
+        lambda client, args: client.list(
+            status=args.status, type=args.type, limit=args.limit, cursor=args.cursor
+        )
+    ),
+    "cancel": _printing(lambda client, args: client.cancel(args.job_id)),
+    "retry": _retry,
+}
+
+
+def _api_error(exc: ApiError) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    if exc.status == 401:
+        print(
+            "  send a token: set LEASEWORK_TOKEN (or LEASEWORK_TOKEN_FILE); `just up` writes "
+            "a development one to $LEASEWORK_STATE_DIR/tokens/dev.token",
+            file=sys.stderr,
+        )
+    if errors := exc.problem.get("errors"):
+        for error in errors:
+            print(f"  {error.get('field')}: {error.get('message')}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ROLES:
+        return run_role(argv[0], argv[1:])
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "token":
         return token_cli.run(args)
 
     from leasework.client import DEFAULT_URL, ApiError, Client
-    from leasework.errors import JobFailed, WaitTimeout
 
     url = args.url or DEFAULT_URL
     if args.command == "smoke":
@@ -220,72 +322,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with Client(url) as client:
-            if args.command == "submit":
-                if args.file is not None:
-                    return submit_file(client, args.file)
-                if args.type is None:
-                    parser.error("submit needs a TYPE (or --file)")
-                try:
-                    payload = json.loads(args.payload)
-                except ValueError as exc:
-                    print(f"payload is not JSON: {exc}", file=sys.stderr)
-                    return 2
-                _print(
-                    client.submit(
-                        args.type,
-                        payload,
-                        idempotency_key=args.idempotency_key,
-                        delay_seconds=args.delay_seconds,
-                        run_at=args.run_at,
-                        max_attempts=args.max_attempts,
-                        timeout_seconds=args.timeout_seconds,
-                        ordering_key=args.ordering_key,
-                    )
-                )
-            elif args.command == "get":
-                _print(client.get(args.job_id))
-            elif args.command == "wait":
-                try:
-                    _print(client.wait(args.job_id, args.timeout))
-                except (JobFailed, WaitTimeout) as exc:
-                    print(f"error: {exc}", file=sys.stderr)
-                    return 1
-            elif args.command == "list":
-                _print(
-                    client.list(
-                        status=args.status, type=args.type, limit=args.limit, cursor=args.cursor
-                    )
-                )
-            elif args.command == "cancel":
-                _print(client.cancel(args.job_id))
-            elif args.command == "retry":
-                filters = (args.type, args.status, args.finished_after, args.finished_before)
-                if args.job_id is not None:
-                    if any(f is not None for f in filters):
-                        parser.error("retry takes a JOB_ID or filters, not both")
-                    _print(client.retry(args.job_id))
-                else:
-                    count = client.retry_many(
-                        type=args.type,
-                        status=args.status,
-                        finished_after=args.finished_after,
-                        finished_before=args.finished_before,
-                        limit=args.limit,
-                    )
-                    _print({"retried": count})
+            return API_COMMANDS[args.command](client, args, parser)
     except ApiError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if exc.status == 401:
-            print(
-                "  send a token: set LEASEWORK_TOKEN (or LEASEWORK_TOKEN_FILE); `just up` writes "
-                "a development one to $LEASEWORK_STATE_DIR/tokens/dev.token",
-                file=sys.stderr,
-            )
-        if errors := exc.problem.get("errors"):
-            for error in errors:
-                print(f"  {error.get('field')}: {error.get('message')}", file=sys.stderr)
-        return 1
+        return _api_error(exc)
     except httpx.TransportError as exc:
         print(f"error: cannot reach the API at {url}: {exc}; is it up (just up)?", file=sys.stderr)
         return 1
-    return 0
