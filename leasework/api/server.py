@@ -23,7 +23,7 @@ from quart import request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from leasework import metrics, store
+from leasework import metrics, operations, store
 from leasework.api.auth import Authenticator, RateLimiter, Routes
 from leasework.api.bodies import body_too_large, invalid, json_body, off_loop, parse_body
 from leasework.api.console import add_console_routes
@@ -39,12 +39,11 @@ from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.health import Health
 from leasework.job import Job
-from leasework.jsonlimits import compact, whole_numbers
+from leasework.jsonlimits import compact
 from leasework.service import add_ops_routes
 from leasework.states import RETRYABLE, Status
-from leasework.store import operators
 from leasework.submission import MAX_KEY_CHARS, Defaults, JobRequest, insert_row
-from leasework.validation import batch_requests, job_request, parse_run_at
+from leasework.validation import batch_requests, job_request
 
 log = logging.getLogger("leasework.api.server")
 
@@ -52,7 +51,6 @@ PROBLEM = "application/problem+json"
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
-MAX_BULK_RETRY = 10_000
 
 JOB_FIELDS = (
     "type",
@@ -152,39 +150,13 @@ def query_type(raw: str | None) -> str | None:
     return raw
 
 
-def retry_filter(body: Any) -> tuple[str, str | None, dict[str, datetime | None], int]:
-    """(status, type, finished bounds, limit) of a ``POST /jobs/retry`` body, or a 422
-    naming each field (pure)."""
-    errors: list[FieldError] = []
-    if not isinstance(body, dict):
-        raise invalid([FieldError("(body)", "must be a JSON object of filters")])
-    allowed = {"type", "status", "finished_after", "finished_before", "limit"}
-    errors += [
-        FieldError(k, "unknown field; allowed: " + ", ".join(sorted(allowed)))
-        for k in sorted(set(body) - allowed, key=str)
-    ]
-    status = "dead" if body.get("status") is None else body["status"]
-    if not isinstance(status, str) or status not in RETRYABLE:
-        errors.append(FieldError("status", f"must be one of {sorted(RETRYABLE)}"))
-    job_type = body.get("type")
-    if job_type is not None and (
-        not isinstance(job_type, str) or not TYPE_NAME_PATTERN.match(job_type)
-    ):
-        errors.append(FieldError("type", "must be 1-100 letters, digits and _ . : -"))
-    bounds: dict[str, datetime | None] = {}
-    for name in ("finished_after", "finished_before"):
-        raw = body.get(name)
-        parsed = parse_run_at(raw) if raw is not None else None
-        if isinstance(parsed, FieldError):
-            errors.append(FieldError(name, parsed.message))
-            parsed = None
-        bounds[name] = parsed
-    limit = whole_numbers(1000 if body.get("limit") is None else body["limit"])
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BULK_RETRY:
-        errors.append(FieldError("limit", f"must be an integer from 1 to {MAX_BULK_RETRY}"))
-    if errors:
-        raise invalid(errors)
-    return status, job_type, bounds, limit
+def retry_filter(body: Any) -> operations.BulkRetry:
+    """The bulk retry a ``POST /jobs/retry`` body asks for
+    (:data:`leasework.operations.API_BODY`), or a 422 naming each field (pure)."""
+    parsed = operations.parse_job_filter(body, operations.API_BODY)
+    if parsed.errors:
+        raise invalid(list(parsed.errors))
+    return operations.bulk_retry(parsed.job_filter, parsed.limit)
 
 
 def problem_of(exc: Exception, path: str) -> tuple[Problem, dict[str, str]]:
@@ -415,15 +387,8 @@ def create_app(
 
     @app.post("/jobs/<job_id>/cancel")
     async def cancel(job_id: str):
-        who = actor()
-
-        def cancel_one(conn: psycopg.Connection) -> store.CancelResult:
-            result = store.job_cancel(conn, parse_job_id(job_id))
-            if result.outcome in (store.CancelOutcome.CANCELLED, store.CancelOutcome.REQUESTED):
-                operators.audit_add(conn, who, "cancel", job_id, {"outcome": result.outcome.value})
-            return result
-
-        result = await db.run(cancel_one)
+        who = operations.Actor(actor(), "api")
+        result = await db.run(operations.cancel, parse_job_id(job_id), who)
         if result.outcome == store.CancelOutcome.MISSING:
             raise no_such_job(job_id)
         if result.outcome == store.CancelOutcome.FINISHED:
@@ -439,15 +404,10 @@ def create_app(
 
     @app.post("/jobs/<job_id>/retry")
     async def retry(job_id: str):
-        who = actor()
-
-        def retry_one(conn: psycopg.Connection) -> store.RetryResult:
-            result = store.job_retry(conn, parse_job_id(job_id), settings.topic_ready)
-            if result.outcome == store.RetryOutcome.RETRIED:
-                operators.audit_add(conn, who, "retry", job_id)
-            return result
-
-        result = await db.run(retry_one)
+        jid, who = parse_job_id(job_id), operations.Actor(actor(), "api")
+        result = await db.run(
+            lambda conn: operations.retry(conn, jid, who, topic=settings.topic_ready)
+        )
         if result.outcome == store.RetryOutcome.MISSING:
             raise no_such_job(job_id)
         if result.outcome == store.RetryOutcome.NOT_RETRYABLE:
@@ -462,27 +422,12 @@ def create_app(
 
     @app.post("/jobs/retry")
     async def retry_many():
-        status, job_type, bounds, limit = await json_body(limits.small, retry_filter)
-        who = actor()
-        filters = {"status": status, "type": job_type, "limit": limit} | {
-            k: v.isoformat() for k, v in bounds.items() if v is not None
-        }
-
-        def retry_matching(conn: psycopg.Connection) -> int:
-            count = store.jobs_retry_matching(
-                conn,
-                statuses=[status],
-                job_type=job_type,
-                finished_after=bounds["finished_after"],
-                finished_before=bounds["finished_before"],
-                limit=limit,
-                topic=settings.topic_ready,
-            )
-            operators.audit_add(conn, who, "retry-many", None, {**filters, "retried": count})
-            return count
-
-        count = await db.run(retry_matching)
-        return {"retried": count}, 200
+        bulk = await json_body(limits.small, retry_filter)
+        who = operations.Actor(actor(), "api")
+        result = await db.run(
+            lambda conn: operations.retry_matching(conn, bulk, who, topic=settings.topic_ready)
+        )
+        return {"retried": result.retried}, 200
 
     @app.route("/<path:unknown>", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def not_found(unknown: str):

@@ -1,68 +1,22 @@
 """The operator console's reads: counts by type and status, filtered keyset pages of jobs, a
 job's attempts and fence rejections, the jobs running now with their leases, and the job
-types to filter by. Every function returns typed records; the console's actions use
-:mod:`leasework.store.jobs` (cancel, retry, bulk retry) and :mod:`.operators` (audit)."""
+types to filter by. Every function returns typed records. The filter they take,
+:class:`~leasework.store.jobs.JobFilter`, is the bulk retry's too, so it lives beside that
+query in :mod:`leasework.store.jobs`; the console's actions go through
+:mod:`leasework.operations` (cancel, retry, bulk retry, each with its audit row)."""
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import psycopg
 
 from leasework.job import Job
-from leasework.states import TERMINAL, Status
+from leasework.states import Status
 from leasework.store.common import JOB_COLUMNS
-
-# the job timestamps a console filter may bound
-TIME_FIELDS = ("created_at", "finished_at")
-_FINISHED = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    """What the console's jobs page (and its bulk retry) selects. Times bound ``time_field``:
-    ``since`` inclusive, ``until`` exclusive."""
-
-    status: str | None = None
-    job_type: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    time_field: str = "created_at"
-
-    def __post_init__(self) -> None:
-        if self.time_field not in TIME_FIELDS:
-            raise ValueError(f"time_field must be one of {TIME_FIELDS}, not {self.time_field!r}")
-
-    def where(self) -> tuple[str, dict[str, Any]]:
-        """The WHERE clause (never empty: ``true`` at least) and its parameters."""
-        clauses = ["true"]
-        params: dict[str, Any] = {}
-        if self.status is not None:
-            clauses.append("status = %(status)s")
-            params["status"] = self.status
-        if self.job_type is not None:
-            clauses.append("type = %(type)s")
-            params["type"] = self.job_type
-        # time_field is one of TIME_FIELDS (checked above), never user text
-        if self.since is not None:
-            clauses.append(f"{self.time_field} >= %(since)s")
-            params["since"] = self.since
-        if self.until is not None:
-            clauses.append(f"{self.time_field} < %(until)s")
-            params["until"] = self.until
-        bounded = self.since is not None or self.until is not None
-        if self.time_field == "finished_at" and bounded:
-            # what every writer keeps true, said to the planner: only finished jobs have a
-            # finish time (so the partial index jobs_finished_idx can serve), and a job
-            # finishes after it was created, so a finish before `until` is a creation before
-            # it too: the newest-first walk starts at `until`, not at the newest job
-            clauses.append(f"status IN ({_FINISHED})")
-            if self.until is not None:
-                clauses.append("created_at < %(until)s")
-        return " AND ".join(clauses), params
+from leasework.store.jobs import JobFilter
 
 
 def jobs_page(

@@ -1,4 +1,6 @@
-"""Reading, listing, cancelling and retrying jobs (the api's and the console's queries)."""
+"""Reading, listing, cancelling and retrying jobs (the queries under :mod:`leasework.operations`
+and the api's reads), and :class:`JobFilter`, what the console's jobs page and every bulk retry
+select by."""
 
 from __future__ import annotations
 
@@ -6,12 +8,61 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 import psycopg
 
 from leasework.job import Job
 from leasework.states import RETRYABLE, TERMINAL, Status, transition
 from leasework.store.common import JOB_COLUMNS, Row, ready_outbox_insert
+
+# the job timestamps a console filter may bound
+TIME_FIELDS = ("created_at", "finished_at")
+_FINISHED = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What the console's jobs page and a bulk retry (either door's) select. Times bound
+    ``time_field``: ``since`` inclusive, ``until`` exclusive."""
+
+    status: str | None = None
+    job_type: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    time_field: str = "created_at"
+
+    def __post_init__(self) -> None:
+        if self.time_field not in TIME_FIELDS:
+            raise ValueError(f"time_field must be one of {TIME_FIELDS}, not {self.time_field!r}")
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        """The WHERE clause (never empty: ``true`` at least) and its parameters."""
+        clauses = ["true"]
+        params: dict[str, Any] = {}
+        if self.status is not None:
+            clauses.append("status = %(status)s")
+            params["status"] = self.status
+        if self.job_type is not None:
+            clauses.append("type = %(type)s")
+            params["type"] = self.job_type
+        # time_field is one of TIME_FIELDS (checked above), never user text
+        if self.since is not None:
+            clauses.append(f"{self.time_field} >= %(since)s")
+            params["since"] = self.since
+        if self.until is not None:
+            clauses.append(f"{self.time_field} < %(until)s")
+            params["until"] = self.until
+        bounded = self.since is not None or self.until is not None
+        if self.time_field == "finished_at" and bounded:
+            # what every writer keeps true, said to the planner: only finished jobs have a
+            # finish time (so the partial index jobs_finished_idx can serve), and a job
+            # finishes after it was created, so a finish before `until` is a creation before
+            # it too: the newest-first walk starts at `until`, not at the newest job
+            clauses.append(f"status IN ({_FINISHED})")
+            if self.until is not None:
+                clauses.append("created_at < %(until)s")
+        return " AND ".join(clauses), params
 
 
 def _job(row: Row | None) -> Job | None:
@@ -134,46 +185,24 @@ def job_retry(conn: psycopg.Connection, job_id: uuid.UUID, topic: str) -> RetryR
 
 
 def jobs_retry_matching(
-    conn: psycopg.Connection,
-    *,
-    statuses: list[str],
-    job_type: str | None,
-    finished_after: datetime | None,
-    finished_before: datetime | None,
-    limit: int,
-    topic: str,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
+    conn: psycopg.Connection, job_filter: JobFilter, *, limit: int, topic: str
 ) -> int:
-    """Bulk retry: up to ``limit`` ``dead``/``cancelled`` jobs matching the filter, oldest
-    finish first. Rows another transaction holds are skipped, so two calls never double up.
-    Lower bounds are inclusive, upper bounds exclusive."""
-    for status in statuses:
-        transition(status, Status.QUEUED, requeue=True)
+    """Bulk retry: up to ``limit`` jobs ``job_filter`` selects (its status ``dead`` or
+    ``cancelled``), oldest finish first, each put back in the queue as :func:`job_retry` does.
+    Rows another transaction holds are skipped, so two calls never double up. The WHERE
+    clause is the filter's own, the one the console's page and count use."""
+    if job_filter.status is None:
+        raise ValueError("a bulk retry needs a status (dead or cancelled)")
+    transition(job_filter.status, Status.QUEUED, requeue=True)
+    where, params = job_filter.where()
     row = conn.execute(
         f"""WITH picked AS (
-                SELECT id FROM jobs
-                WHERE status = ANY(%(statuses)s)
-                  AND (%(type)s::text IS NULL OR type = %(type)s::text)
-                  AND (%(after)s::timestamptz IS NULL OR finished_at >= %(after)s::timestamptz)
-                  AND (%(before)s::timestamptz IS NULL OR finished_at < %(before)s::timestamptz)
-                  AND (%(c_after)s::timestamptz IS NULL OR created_at >= %(c_after)s::timestamptz)
-                  AND (%(c_before)s::timestamptz IS NULL
-                       OR created_at < %(c_before)s::timestamptz)
+                SELECT id FROM jobs WHERE {where}
                 ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
             requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM picked WHERE jobs.id = picked.id
                          RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key),
             wake AS ({ready_outbox_insert("requeued")} RETURNING 1)
             SELECT count(*) AS n FROM wake""",
-        {
-            "statuses": statuses,
-            "type": job_type,
-            "after": finished_after,
-            "before": finished_before,
-            "c_after": created_after,
-            "c_before": created_before,
-            "limit": limit,
-            "topic": topic,
-        },
+        {**params, "limit": limit, "topic": topic},
     ).fetchone()
     return int(row["n"])

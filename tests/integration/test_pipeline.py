@@ -1,5 +1,6 @@
 """The durable job pipeline on the real stack: submit now and later, idempotency, listing,
-retries, dead letters, poison, cancel, the relay's outbox under concurrency and failure."""
+retries, dead letters, poison, cancel, the relay's outbox under concurrency and failure; the
+operators' cancel, retry and bulk retry (leasework.operations) and their audit rows."""
 
 from __future__ import annotations
 
@@ -8,14 +9,21 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
 import trio
+from psycopg.rows import dict_row
 
+from leasework import operations
 from leasework.client import ApiError
+from leasework.store import console as console_queries
+from leasework.store.jobs import JobFilter
 from tests.integration.conftest import (
     API_URL,
+    DIRECT_DSN,
     auth,
     dlq_message,
     insert_unchecked,
@@ -246,11 +254,106 @@ def test_relay_keeps_rows_and_says_so_while_kafka_is_unreachable(stack, client, 
             "relay /readyz to report kafka unreachable",
         )
         assert "kafka" in json.dumps(body["unavailable"]), body
-        row = db.execute(
-            "SELECT published_at FROM outbox WHERE job_id = %s", (job["id"],)
-        ).fetchone()
-        assert row["published_at"] is None
+        # kept: a row leaves the outbox only once Kafka acknowledged it
+        row = db.execute("SELECT id FROM outbox WHERE job_id = %s", (job["id"],)).fetchone()
+        assert row is not None
     finally:
         set_proxies_enabled(KAFKA_PROXIES, True)
     wait_for(lambda: readyz(9102)[0] == 200, 60, "relay ready again")
     wait_status(client, job["id"], {"succeeded"}, timeout=90)
+
+
+# ---------------------------------------------------------------- operations, in the store
+
+
+@pytest.fixture
+def tx(stack) -> Iterator[psycopg.Connection]:
+    """A connection inside a transaction that is rolled back after the test."""
+    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as connection:
+        yield connection
+        connection.rollback()
+
+
+def job_in(tx: psycopg.Connection, status: str, job_type: str = "noop") -> uuid.UUID:
+    """A job of ``job_type`` in ``status`` (finished now, when that is terminal)."""
+    row = tx.execute(
+        """INSERT INTO jobs (id, type, payload, status, max_attempts, attempt_budget,
+                             timeout_seconds, run_at, finished_at)
+           VALUES (%s, %s, '{}', %s, 3, 3, 60, now(),
+                   CASE WHEN %s IN ('dead', 'cancelled', 'succeeded') THEN now() END)
+           RETURNING id""",
+        (uuid.uuid4(), job_type, status, status),
+    ).fetchone()
+    return row["id"]
+
+
+def audit_of(conn: psycopg.Connection, target: str) -> list[tuple[str, str, dict]]:
+    rows = conn.execute(
+        "SELECT actor, action, detail FROM audit_log WHERE target = %s ORDER BY id", (target,)
+    ).fetchall()
+    return [(r["actor"], r["action"], r["detail"]) for r in rows]
+
+
+ME = operations.Actor("test-operator", "api")
+
+
+def test_a_cancel_and_a_retry_write_their_audit_row_in_their_own_transaction(tx):
+    job_id = job_in(tx, "queued")
+    assert operations.cancel(tx, job_id, ME).outcome == "cancelled"
+    assert operations.retry(tx, job_id, ME, topic="jobs.ready").outcome == "retried"
+    assert audit_of(tx, str(job_id)) == [
+        ("test-operator", "cancel", {"via": "api", "outcome": "cancelled"}),
+        ("test-operator", "retry", {"via": "api", "outcome": "retried"}),
+    ]
+    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as other:
+        assert audit_of(other, str(job_id)) == []  # not committed: it goes with the change
+
+
+def test_a_refused_or_idle_operation_writes_no_audit_row(tx):
+    finished, queued, missing = job_in(tx, "succeeded"), job_in(tx, "queued"), uuid.uuid4()
+    assert operations.cancel(tx, finished, ME).outcome == "finished"
+    assert operations.cancel(tx, missing, ME).outcome == "missing"
+    assert operations.retry(tx, queued, ME, topic="jobs.ready").outcome == "not-retryable"
+    assert operations.retry(tx, missing, ME, topic="jobs.ready").outcome == "missing"
+    for job_id in (finished, queued, missing):
+        assert audit_of(tx, str(job_id)) == []
+
+
+def test_a_bulk_retry_requeues_what_its_filter_counts_and_audits_it_once(tx):
+    job_type = f"bulk.{uuid.uuid4().hex[:8]}"
+    dead = [job_in(tx, "dead", job_type) for _ in range(3)]
+    job_in(tx, "cancelled", job_type)  # another status: not selected
+    job_filter = JobFilter("dead", job_type)
+    assert console_queries.jobs_count(tx, job_filter, up_to=100) == 3
+    bulk = operations.bulk_retry(job_filter, limit=2)
+    assert operations.retry_matching(tx, bulk, ME, topic="jobs.ready").retried == 2
+    statuses = tx.execute(
+        "SELECT status, count(*) AS n FROM jobs WHERE id = ANY(%s) GROUP BY status", (dead,)
+    ).fetchall()
+    assert {r["status"]: r["n"] for r in statuses} == {"queued": 2, "dead": 1}
+    target = operations.describe(job_filter)
+    assert audit_of(tx, target) == [
+        (
+            "test-operator",
+            "retry-many",
+            {
+                "via": "api",
+                "filter": {"status": "dead", "type": job_type},
+                "limit": 2,
+                "retried": 2,
+            },
+        )
+    ]
+    nothing = operations.bulk_retry(JobFilter("dead", job_type + ".none"))
+    assert operations.retry_matching(tx, nothing, ME, topic="jobs.ready").retried == 0
+    assert audit_of(tx, operations.describe(nothing.jobs)) == []
+
+
+def test_a_refused_cancel_through_the_api_writes_no_audit_row(client, db):
+    job = client.submit("noop", {}, delay_seconds=300)
+    client.cancel(job["id"])
+    with pytest.raises(ApiError) as caught:
+        client.cancel(job["id"])
+    assert caught.value.status == 409
+    actions = [a for _, a, _ in audit_of(db, job["id"])]
+    assert actions == ["cancel"]

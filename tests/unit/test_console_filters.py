@@ -1,10 +1,12 @@
-"""The jobs page's query string (leasework/api/console/filters.py)."""
+"""The jobs page's query string (leasework/api/console/filters.py; its filter is read by the
+one parser in leasework/operations.py, tested on its own in test_operations.py)."""
 
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from leasework import operations
 from leasework.api.console import filters
 from leasework.store.console import JobFilter
 
@@ -18,17 +20,17 @@ def test_an_empty_query_is_every_job():
 
 
 def test_datetime_local_fields_are_utc_and_offsets_are_kept():
-    assert filters.parse_time("2026-01-02T03:04") == datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
-    plus_two = filters.parse_time("2026-01-02T05:04:05+02:00")
+    assert operations.parse_time("2026-01-02T03:04") == datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
+    plus_two = operations.parse_time("2026-01-02T05:04:05+02:00")
     assert plus_two == T0 and plus_two.utcoffset() == timedelta(hours=2)
     assert filters.format_time(plus_two) == "2026-01-02T03:04:05"
     with pytest.raises(ValueError):
-        filters.parse_time("yesterday")
+        operations.parse_time("yesterday")
 
 
 def test_every_filter_round_trips_through_its_links():
     job_filter = JobFilter("dead", "fail", T0, T0 + timedelta(hours=1), "finished_at")
-    query = filters.filter_query(job_filter)
+    query = operations.filter_fields(job_filter)
     assert filters.parse_job_filter(query) == (job_filter, [])
     where, params = job_filter.where()
     assert "finished_at >= %(since)s" in where and "finished_at < %(until)s" in where
@@ -75,26 +77,16 @@ def test_the_cursor_round_trips_and_refuses_what_the_console_did_not_write():
 
 
 def test_bulk_retry_needs_a_retryable_status_and_retries_exactly_the_filter():
-    assert filters.bulk_retry_refusal(JobFilter()) is not None
-    assert filters.bulk_retry_refusal(JobFilter("succeeded")) is not None
-    with pytest.raises(ValueError):
-        filters.retry_matching_args(JobFilter("running"))
-    by_creation = filters.retry_matching_args(JobFilter("dead", "fail", T0, None))
-    assert by_creation == {
-        "statuses": ["dead"],
-        "job_type": "fail",
-        "finished_after": None,
-        "finished_before": None,
-        "created_after": T0,
-        "created_before": None,
-        "limit": filters.BULK_RETRY_LIMIT,
-    }
-    until = T0 + timedelta(days=1)
-    by_finish = filters.retry_matching_args(JobFilter("cancelled", None, T0, until, "finished_at"))
-    assert (by_finish["finished_after"], by_finish["finished_before"]) == (T0, until)
-    assert by_finish["created_after"] is None and by_finish["created_before"] is None
+    assert operations.bulk_retry_refusal(JobFilter()) is not None
+    assert operations.bulk_retry_refusal(JobFilter("succeeded")) is not None
+    with pytest.raises(ValueError, match="bulk retry takes a filter on status cancelled or dead"):
+        operations.bulk_retry(JobFilter("running"))
+    page, _ = filters.parse_job_filter({"status": "dead", "type": "fail", "since": "2026-01-02"})
+    bulk = operations.bulk_retry(page)
+    assert bulk == operations.BulkRetry(page, operations.BULK_RETRY_LIMIT)
+    assert bulk.jobs.where() == page.where()  # the page's own WHERE clause, nothing else
 
 
 def test_describe_names_every_bound():
-    text = filters.describe(JobFilter("dead", None, T0, None))
+    text = operations.describe(JobFilter("dead", None, T0, None))
     assert text == "status=dead type=any created_at>=2026-01-02T03:04:05+00:00"

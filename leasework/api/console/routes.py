@@ -24,7 +24,7 @@ from quart import Blueprint, Response, g, redirect, render_template, request, ur
 from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
 
-from leasework import store
+from leasework import operations, store
 from leasework.api.auth import Authenticator, RateLimiter
 from leasework.api.console import filters, prometheus
 from leasework.api.console.charts import line_chart
@@ -49,6 +49,7 @@ from leasework.db import Database
 from leasework.states import RETRYABLE, TERMINAL, Status
 from leasework.store import console as queries
 from leasework.store import operators
+from leasework.store.jobs import TIME_FIELDS
 
 log = logging.getLogger("leasework.api.console")
 
@@ -346,7 +347,7 @@ class Console:
 
         rows, types = await self.db.run(read)
         page = rows[:limit]
-        query = filters.filter_query(job_filter)
+        query = operations.filter_fields(job_filter)
         next_query = (
             {**query, **filters.cursor_query(page[-1].created_at, page[-1].id)}
             if len(rows) > limit
@@ -371,10 +372,10 @@ class Console:
             first_page=bool(before),
             types=types,
             statuses=[s.value for s in Status],
-            time_fields=queries.TIME_FIELDS,
+            time_fields=TIME_FIELDS,
             format_time=filters.format_time,
             windows=windows,
-            bulk_refusal=filters.bulk_retry_refusal(job_filter),
+            bulk_refusal=operations.bulk_retry_refusal(job_filter),
             retried=int(retried) if retried.isdigit() else None,
         )
 
@@ -445,31 +446,30 @@ class Console:
     # ------------------------------------------------------------ actions
 
     async def cancel(self, job_id: str) -> Response:
-        return await self.act_on_job(job_id, "cancel", store.job_cancel)
+        return await self.act_on_job(job_id, "cancel", operations.cancel)
 
     async def retry(self, job_id: str) -> Response:
-        retry_one = functools.partial(store.job_retry, topic=self.settings.topic_ready)
-        return await self.act_on_job(job_id, "retry", retry_one)
+        topic = self.settings.topic_ready
+        return await self.act_on_job(
+            job_id, "retry", functools.partial(operations.retry, topic=topic)
+        )
 
     async def act_on_job(
         self,
         job_id: str,
         action: str,
-        change: Callable[[psycopg.Connection, uuid.UUID], store.CancelResult | store.RetryResult],
+        operation: Callable[
+            [psycopg.Connection, uuid.UUID, operations.Actor],
+            store.CancelResult | store.RetryResult,
+        ],
     ) -> Response:
-        """GET: the confirmation page; POST: ``change`` and its audit row, one transaction."""
+        """GET: the confirmation page; POST: the operation (its audit row in its
+        transaction), then the job's page with a notice of the outcome."""
         session: Session = g.session
         jid = _job_id(job_id)
         if request.method == "GET":
             return await self.confirm_one(jid, action)
-
-        def act(conn: psycopg.Connection) -> store.CancelResult | store.RetryResult:
-            result = change(conn, jid)
-            detail = {"via": "console", "outcome": str(result.outcome)}
-            operators.audit_add(conn, session.name, action, str(jid), detail)
-            return result
-
-        result = await self.db.run(act)
+        result = await self.db.run(operation, jid, operations.Actor(session.name, "console"))
         if result.job is None:  # the outcome is MISSING
             raise no_such_job(jid)
         return redirect(url_for("console.job", job_id=jid, notice=str(result.outcome)), 303)
@@ -491,41 +491,36 @@ class Console:
         session: Session = g.session
         source: MultiDict = request.args if request.method == "GET" else await request.form
         job_filter, errors = filters.parse_job_filter(source)
-        refusal = filters.bulk_retry_refusal(job_filter)
+        refusal = operations.bulk_retry_refusal(job_filter)
         if errors or refusal:
             raise ConsoleError(400, "Cannot retry these", "; ".join(errors or [refusal or ""]))
-        query = filters.filter_query(job_filter)
-        back = url_for("console.jobs", **query)
+        bulk = operations.bulk_retry(job_filter)
+        query = operations.filter_fields(job_filter)
         if request.method == "GET":
-            limit = filters.BULK_RETRY_LIMIT
-            matching = await self.db.run(
-                lambda conn: queries.jobs_count(conn, job_filter, up_to=limit + 1)
-            )
-            return await self.page(
-                "confirm.html",
-                nav="jobs",
-                action="retry-many",
-                job=None,
-                described=filters.describe(job_filter),
-                matching=matching,
-                limit=limit,
-                hidden=query,
-                post_to=url_for("console.retry_many"),
-                back=back,
-            )
-        args = filters.retry_matching_args(job_filter)
+            return await self.confirm_many(bulk, query)
+        actor = operations.Actor(session.name, "console")
         topic = self.settings.topic_ready
+        result = await self.db.run(
+            lambda conn: operations.retry_matching(conn, bulk, actor, topic=topic)
+        )
+        return redirect(url_for("console.jobs", **query, retried=result.retried), 303)
 
-        def act(conn: psycopg.Connection) -> int:
-            retried = store.jobs_retry_matching(conn, topic=topic, **args)
-            detail = {"via": "console", "filter": query, "retried": retried}
-            operators.audit_add(
-                conn, session.name, "retry-many", filters.describe(job_filter), detail
-            )
-            return retried
-
-        retried = await self.db.run(act)
-        return redirect(url_for("console.jobs", **query, retried=retried), 303)
+    async def confirm_many(self, bulk: operations.BulkRetry, query: dict[str, str]) -> Response:
+        matching = await self.db.run(
+            lambda conn: queries.jobs_count(conn, bulk.jobs, up_to=bulk.limit + 1)
+        )
+        return await self.page(
+            "confirm.html",
+            nav="jobs",
+            action="retry-many",
+            job=None,
+            described=operations.describe(bulk.jobs),
+            matching=matching,
+            limit=bulk.limit,
+            hidden=query,
+            post_to=url_for("console.retry_many"),
+            back=url_for("console.jobs", **query),
+        )
 
     async def not_found(self, rest: str) -> Response:
         raise ConsoleError(404, "Not found", f"/ui/{rest} is not a page of the console.")
