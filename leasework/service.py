@@ -84,17 +84,6 @@ def hypercorn_config(addr: tuple[str, int], graceful: float) -> HypercornConfig:
     return config
 
 
-def pass_failed(loop: str, exc: Exception) -> None:
-    """Log a failed pass of a long-running loop, which tries again on its next tick. A
-    database error is expected weather; anything else is a bug, logged with its traceback."""
-    import psycopg
-
-    if isinstance(exc, psycopg.Error):
-        log.warning(f"{loop} pass failed", extra={"error": str(exc)[:300]})
-    else:
-        log.exception(f"{loop} pass failed unexpectedly (a bug); retrying")
-
-
 class Stopping:
     """Set once, when the process was asked to stop; roles poll it or wait on it."""
 

@@ -1,7 +1,7 @@
 """Every SQL statement leasework runs, as functions of a psycopg connection, by area:
 :mod:`.submit` (every door's insert), :mod:`.jobs` (read, list, cancel, retry),
 :mod:`.relay` (outbox, promoter, pruner), :mod:`.worker` (claim, heartbeat, fenced finish,
-reaper). Callers use ``store.name``; this module re-exports them.
+the reaper's select and write). Callers use ``store.name``; this module re-exports them.
 
 Functions are named noun first (``jobs_insert``, ``outbox_fetch``) and run inside the
 transaction their caller opened (:meth:`leasework.db.Database.run` opens one per call).
@@ -12,7 +12,7 @@ SQL door ``leasework_enqueue`` calls, so every door writes the same rows. Rows b
 :class:`leasework.job.Job` records here, at the boundary.
 """
 
-from leasework.store.common import JOB_COLUMNS, Row, dlq_outbox_add
+from leasework.store.common import JOB_COLUMNS, Row
 from leasework.store.jobs import (
     CancelOutcome,
     CancelResult,
@@ -30,7 +30,6 @@ from leasework.store.relay import (
     jobs_prune,
     outbox_fetch,
     outbox_pending,
-    outbox_prune,
     outbox_retire,
 )
 from leasework.store.submit import (
@@ -44,10 +43,11 @@ from leasework.store.worker import (
     effects_apply,
     fence_max,
     jobs_defer_many,
+    jobs_expired,
     jobs_finish_many,
     jobs_get_many,
     jobs_heartbeat_many,
-    jobs_reap_expired,
+    jobs_reap_many,
     jobs_start_many,
     jobs_unfence_many,
 )
@@ -61,7 +61,6 @@ __all__ = [
     "RetryOutcome",
     "RetryResult",
     "Row",
-    "dlq_outbox_add",
     "effects_apply",
     "fence_max",
     "job_cancel",
@@ -70,6 +69,7 @@ __all__ = [
     "job_retry",
     "job_types_register",
     "jobs_defer_many",
+    "jobs_expired",
     "jobs_finish_many",
     "jobs_get_many",
     "jobs_heartbeat_many",
@@ -78,12 +78,11 @@ __all__ = [
     "jobs_insert_async",
     "jobs_promote_due",
     "jobs_prune",
-    "jobs_reap_expired",
+    "jobs_reap_many",
     "jobs_retry_matching",
     "jobs_start_many",
     "jobs_unfence_many",
     "outbox_fetch",
     "outbox_pending",
-    "outbox_prune",
     "outbox_retire",
 ]

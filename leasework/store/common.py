@@ -1,11 +1,9 @@
-"""What every part of the store shares: the job columns and the wake-up message in SQL."""
+"""What every part of the store shares: the job columns, and the wake-up and dead-letter
+messages in SQL."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
-
-import psycopg
 
 from leasework.job import COLUMNS
 
@@ -31,16 +29,25 @@ def ready_outbox_insert(source: str, topic_param: str = "%(topic)s") -> str:
     )
 
 
-def dlq_outbox_add(conn: psycopg.Connection, job_id: uuid.UUID, topic: str) -> None:
-    """The dead-letter message of a job that just died, built in SQL from its row (the payload
-    never round-trips through Python: what the store holds is what the DLQ gets)."""
-    conn.execute(
-        """INSERT INTO outbox (job_id, topic, key, value, headers)
-           SELECT id, %(topic)s, id::text,
-                  jsonb_build_object('job_id', id::text, 'type', type, 'payload', payload),
-                  jsonb_build_object('job_id', id::text, 'type', type,
-                                     'attempts', attempt::text,
-                                     'last_error', left(coalesce(last_error, ''), 1000))
-           FROM jobs WHERE id = %(id)s""",
-        {"id": job_id, "topic": topic},
+# the dead-letter message of a job that died: built in SQL from its row, so the payload never
+# round-trips through Python (what the store holds is what jobs.dlq gets)
+DEAD_LETTER_VALUE_SQL = (
+    "jsonb_build_object('job_id', {t}.id::text, 'type', {t}.type, 'payload', {t}.payload)"
+)
+DEAD_LETTER_HEADERS_SQL = (
+    "jsonb_build_object('job_id', {t}.id::text, 'type', {t}.type, "
+    "'attempts', {t}.attempt::text, 'last_error', left(coalesce({t}.last_error, ''), 1000))"
+)
+
+
+def dead_letter_outbox_insert(source: str, topic_param: str = "%(dlq)s") -> str:
+    """``INSERT INTO outbox`` of the dead-letter messages of the jobs in CTE ``source`` whose
+    ``status`` is ``dead`` (``source`` returns their id, type, payload, attempt, last_error
+    and status, as written: the fenced finish's and the reaper's ``RETURNING``)."""
+    t = source
+    return (
+        f"INSERT INTO outbox (job_id, topic, key, value, headers) "
+        f"SELECT {t}.id, {topic_param}, {t}.id::text, "
+        f"{DEAD_LETTER_VALUE_SQL.format(t=t)}, {DEAD_LETTER_HEADERS_SQL.format(t=t)} "
+        f"FROM {t} WHERE {t}.status = 'dead'"
     )

@@ -1,5 +1,6 @@
 """The relay's statements: the outbox, the promoter, the pruner (finished jobs, and the
-outbox, audit log and alert notifications by age)."""
+audit log and alert notifications by age). The reaper's are in :mod:`.worker`, beside the
+fenced finish they mirror."""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ class OutboxMessage:
 
 
 def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[OutboxMessage]:
-    """Lock a batch of unpublished rows; other relays skip them until this transaction ends."""
+    """Lock a batch of rows, oldest first; other relays skip them until this transaction
+    ends. Every row is still to be published: acknowledged rows are deleted."""
     rows = conn.execute(
         """SELECT id, topic, key, value::text AS value, headers FROM outbox
-           WHERE published_at IS NULL ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED""",
+           ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED""",
         (limit,),
     ).fetchall()
     return [OutboxMessage(**r) for r in rows]
@@ -42,11 +44,11 @@ def outbox_retire(conn: psycopg.Connection, ids: list[int]) -> None:
 
 
 def outbox_pending(conn: psycopg.Connection) -> tuple[int, float]:
-    """(unpublished rows, age in seconds of the oldest of them)."""
+    """(rows waiting for Kafka, age in seconds of the oldest of them)."""
     row = conn.execute(
         """SELECT count(*) AS n,
                   coalesce(extract(epoch FROM now() - min(created_at)), 0) AS age
-           FROM outbox WHERE published_at IS NULL"""
+           FROM outbox"""
     ).fetchone()
     return int(row["n"]), float(row["age"])
 
@@ -88,8 +90,8 @@ def jobs_prune(conn: psycopg.Connection, status: Status, older_than: float, limi
 
 
 # the tables the pruner empties by age alone, each with its time column; an index on that
-# column (0002, 0003) serves the oldest-first batch
-AGED_TABLES = {"outbox": "published_at", "audit_log": "at", "alert_notifications": "received_at"}
+# column (0003) serves the oldest-first batch
+AGED_TABLES = {"audit_log": "at", "alert_notifications": "received_at"}
 
 
 def rows_prune(conn: psycopg.Connection, table: str, older_than: float, limit: int) -> int:
@@ -107,8 +109,3 @@ def rows_prune(conn: psycopg.Connection, table: str, older_than: float, limit: i
         (older_than, limit),
     ).fetchone()
     return int(row["n"])
-
-
-def outbox_prune(conn: psycopg.Connection, older_than: float, limit: int) -> int:
-    """Delete up to ``limit`` outbox rows Kafka acknowledged more than ``older_than`` s ago."""
-    return rows_prune(conn, "outbox", older_than, limit)

@@ -8,13 +8,12 @@ import uuid
 import psycopg
 from psycopg.types.json import Jsonb
 
-from leasework.backoff import retry_or_dead
 from leasework.context import Effect
 from leasework.db import savepoint
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
-from leasework.states import Status, transition
-from leasework.store.common import JOB_COLUMNS, Row, dlq_outbox_add
+from leasework.states import TERMINAL, Status, transition
+from leasework.store.common import JOB_COLUMNS, dead_letter_outbox_insert
 
 
 def jobs_get_many(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list[Job]:
@@ -105,7 +104,7 @@ def jobs_defer_many(
     return [Job.from_row(r) for r in rows]
 
 
-FINISH_MANY = """
+FINISH_MANY = f"""
 WITH done AS (
     SELECT * FROM jsonb_to_recordset(%(done)s)
         AS d(id uuid, fence bigint, status text, error text, retry float8, result jsonb)),
@@ -124,13 +123,7 @@ closed AS (
     UPDATE attempts SET finished_at = now(), outcome = finished.status,
            error = finished.last_error
     FROM finished WHERE attempts.job_id = finished.id AND attempts.fence = finished.fence),
-dead AS (
-    INSERT INTO outbox (job_id, topic, key, value, headers)
-    SELECT id, %(dlq)s, id::text,
-           jsonb_build_object('job_id', id::text, 'type', type, 'payload', payload),
-           jsonb_build_object('job_id', id::text, 'type', type, 'attempts', attempt::text,
-                              'last_error', left(coalesce(last_error, ''), 1000))
-    FROM finished WHERE status = 'dead')
+dead AS ({dead_letter_outbox_insert("finished")})
 SELECT id, status FROM finished
 """
 
@@ -242,31 +235,6 @@ def jobs_unfence_many(conn: psycopg.Connection, claims: list[tuple[uuid.UUID, in
     )
 
 
-def _leave_running(
-    conn: psycopg.Connection, job_id: uuid.UUID, fence: int, outcome: Outcome
-) -> Row | None:
-    """Move a job out of ``running`` under ``fence``: its outcome, its retry time, the lease
-    cleared. None when the job is no longer running under that fence (a newer claim)."""
-    return conn.execute(
-        f"""UPDATE jobs SET status = %(status)s, last_error = %(error)s, result = %(result)s,
-                   run_at = CASE WHEN %(retry)s::float8 IS NULL THEN run_at
-                                 ELSE now() + make_interval(secs => %(retry)s::float8) END,
-                   lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
-                   finished_at = CASE WHEN %(status)s IN ('succeeded', 'dead', 'cancelled')
-                                      THEN now() END
-            WHERE id = %(id)s AND fence = %(fence)s AND status = 'running'
-            RETURNING {JOB_COLUMNS}""",
-        {
-            "status": str(outcome.status),
-            "error": outcome.error,
-            "result": None if outcome.result is None else Jsonb(outcome.result),
-            "retry": outcome.retry_in,
-            "id": job_id,
-            "fence": fence,
-        },
-    ).fetchone()
-
-
 def effects_apply(conn: psycopg.Connection, effects: list[Effect]) -> Exception | None:
     """Run a handler's fenced effects in a savepoint of the open transaction. An effect that
     raises (a bug, a constraint of the user's table) is undone with the others and returned:
@@ -287,35 +255,72 @@ def fence_max(conn: psycopg.Connection) -> int:
     return int(conn.execute("SELECT coalesce(max(fence), 0) AS f FROM jobs").fetchone()["f"])
 
 
-def jobs_reap_expired(
-    conn: psycopg.Connection, limit: int, *, retry_base: float, retry_cap: float, dlq_topic: str
-) -> list[Job]:
-    """Running jobs whose lease expired go back to waiting: ``failed`` with a backoff delay
-    (the job's own backoff, else ``retry_base``/``retry_cap``), or ``dead`` after their last
-    attempt. The fence is left as it is, so the lost worker's terminal write (conditioned on
-    ``status = 'running'`` and its fence) matches nothing."""
+def jobs_expired(conn: psycopg.Connection, limit: int) -> list[Job]:
+    """Lock up to ``limit`` running jobs whose lease expired, longest expired first, for the
+    reaper's write in the same transaction; rows another reaper holds are skipped."""
     rows = conn.execute(
         f"""SELECT {JOB_COLUMNS} FROM jobs
             WHERE status = 'running' AND lease_expires_at < now()
             ORDER BY lease_expires_at LIMIT %s FOR UPDATE SKIP LOCKED""",
         (limit,),
     ).fetchall()
-    reaped = []
-    for job in (Job.from_row(r) for r in rows):
-        error = f"lease of {job.lease_owner} expired (fence {job.fence})"
-        decision = retry_or_dead(
-            job.attempt, job.max_attempts, job.retry_base or retry_base, job.retry_cap or retry_cap
-        )
-        transition(job.status, decision.status)
-        conn.execute(
-            """UPDATE attempts SET finished_at = now(), outcome = 'lease_expired', error = %s
-               WHERE job_id = %s AND fence = %s AND finished_at IS NULL""",
-            (error, job.id, job.fence),
-        )
-        # the row is locked, running under this fence: the update cannot miss
-        outcome = Outcome(decision.status, error, decision.delay)
-        updated = _leave_running(conn, job.id, job.fence, outcome)
-        if decision.status == Status.DEAD:
-            dlq_outbox_add(conn, job.id, dlq_topic)
-        reaped.append(Job.from_row(updated))
-    return reaped
+    return [Job.from_row(r) for r in rows]
+
+
+REAP_MANY = f"""
+WITH reaped AS (
+    SELECT * FROM jsonb_to_recordset(%(reaped)s)
+        AS r(id uuid, fence bigint, status text, error text, retry float8)),
+taken AS (
+    UPDATE jobs SET status = reaped.status, last_error = reaped.error, result = NULL,
+           run_at = CASE WHEN reaped.retry IS NULL THEN jobs.run_at
+                         ELSE now() + make_interval(secs => reaped.retry) END,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+           finished_at = CASE WHEN reaped.status = ANY(%(terminal)s) THEN now() END
+    FROM reaped
+    WHERE jobs.id = reaped.id AND jobs.fence = reaped.fence AND jobs.status = 'running'
+    RETURNING jobs.id, jobs.fence, jobs.type, jobs.status, jobs.attempt, jobs.last_error,
+              jobs.payload),
+closed AS (
+    UPDATE attempts SET finished_at = now(), outcome = 'lease_expired', error = taken.last_error
+    FROM taken WHERE attempts.job_id = taken.id AND attempts.fence = taken.fence
+                 AND attempts.finished_at IS NULL),
+dead AS ({dead_letter_outbox_insert("taken")})
+SELECT id, status FROM taken
+"""
+
+
+def jobs_reap_many(
+    conn: psycopg.Connection, reaped: list[Completion], *, dlq_topic: str
+) -> dict[uuid.UUID, Status]:
+    """Take back a batch of expired leases with the outcomes the reaper decided (``failed``
+    with its retry delay, or ``dead``), in one statement: each row only while it is still
+    running under its own fence, its attempt closed as ``lease_expired`` with the outcome's
+    error, a dead job's dead letter in the outbox. The fence is left as it is, so the lost
+    worker's terminal write (conditioned on ``status = 'running'`` and its fence) matches
+    nothing. Returns the status written per job (rows locked by :func:`jobs_expired` in the
+    same transaction are all written)."""
+    if not reaped:
+        return {}
+    for completion in reaped:
+        transition(Status.RUNNING, completion.outcome.status)  # raises before any write
+    rows = conn.execute(
+        REAP_MANY,
+        {
+            "reaped": Jsonb(
+                [
+                    {
+                        "id": str(c.job_id),
+                        "fence": c.fence,
+                        "status": str(c.outcome.status),
+                        "error": c.outcome.error,
+                        "retry": c.outcome.retry_in,
+                    }
+                    for c in reaped
+                ]
+            ),
+            "dlq": dlq_topic,
+            "terminal": [str(s) for s in TERMINAL],
+        },
+    ).fetchall()
+    return {r["id"]: Status(r["status"]) for r in rows}

@@ -27,7 +27,7 @@ from examples.shop.jobs import Receipt
 from examples.shop.jobs import app as shop_app
 from leasework import testing
 from leasework.db import Database
-from leasework.relay.pruner import Pruner, Retention
+from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.states import Status
 from tests.integration.conftest import DIRECT_DSN, wait_for, wait_status
 
@@ -350,7 +350,8 @@ async def test_the_pruner_deletes_finished_jobs_past_their_retention_and_nothing
     await database.open()
     try:
         day = 86400.0
-        counts = await Pruner(database, Retention(day, day, day, None), batch=2).run_once()
+        retention = Retention(succeeded=day, dead=day, cancelled=day)
+        counts = await Pruner(database, PrunerConfig(retention, batch=2)).run_once()
     finally:
         await database.close()
     assert counts.jobs[Status.SUCCEEDED] >= 3

@@ -1,7 +1,8 @@
 """The store's statements on the real Postgres, River-style: each test runs in a transaction
 that is rolled back at the end, so nothing it writes is ever seen by the stack's processes,
 and a small factory makes jobs in any state. The fenced finish, the reaper, the promoter, the
-pruner, deferral, cancel and retry are each driven once."""
+pruner, deferral, cancel and retry are each driven once; the reaper's and the pruner's passes
+run through their services on the test's connection (InTransaction)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from psycopg.rows import dict_row
 from leasework import config, metrics, store
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
-from leasework.relay.pruner import Pruner, Retention
+from leasework.relay.pruner import Pruner, PrunerConfig, Retention
+from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcomes
 from leasework.states import IllegalTransition, Status
 from leasework.store import console
 from leasework.store import relay as store_relay
@@ -78,6 +80,17 @@ def outbox_of(conn: psycopg.Connection, job: Job) -> list[dict]:
     ).fetchall()
 
 
+class InTransaction:
+    """A :class:`leasework.db.Database` whose every call runs on the test's connection, in
+    its rolled-back transaction."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self.conn = conn
+
+    async def run(self, fn, *args):
+        return fn(self.conn, *args)
+
+
 def test_the_fenced_finish_writes_only_the_rows_whose_fence_holds(conn):
     current, stale, waiting = running(conn), running(conn), make_job(conn)
     done = store.jobs_finish_many(
@@ -112,8 +125,15 @@ def test_a_failed_attempt_waits_for_its_retry_and_a_dead_one_is_dead_lettered(co
     assert waiting.status == Status.FAILED and waiting.last_error == "boom"
     assert 25 < (waiting.run_at - waiting.updated_at).total_seconds() <= 30
     (letter,) = outbox_of(conn, doomed)
-    assert letter["topic"] == "jobs.dlq" and letter["headers"]["last_error"] == "gave up"
-    assert letter["value"]["job_id"] == str(doomed.id)
+    assert letter["topic"] == "jobs.dlq" and letter["key"] == str(doomed.id)
+    assert letter["value"] == {"job_id": str(doomed.id), "type": "noop", "payload": {}}
+    assert letter["headers"] == {
+        "job_id": str(doomed.id),
+        "type": "noop",
+        "attempts": "1",
+        "last_error": "gave up",
+    }
+    assert outbox_of(conn, retried) == []
 
 
 def test_an_outcome_running_cannot_reach_is_refused_before_any_write(conn):
@@ -122,27 +142,83 @@ def test_an_outcome_running_cannot_reach_is_refused_before_any_write(conn):
         store.jobs_finish_many(conn, [Completion(job.id, 7, Outcome(Status.QUEUED))], dlq_topic="d")
 
 
+REAPER = ReaperConfig(dlq_topic="jobs.dlq", retry_base=1.0, retry_cap=2.0, batch=1000)
+
+
+def reap(conn: psycopg.Connection, config: ReaperConfig = REAPER) -> dict[uuid.UUID, Status]:
+    """One reaper pass on the test's connection: the expired rows, the service's decision,
+    the batched write."""
+    decided = expired_outcomes(store.jobs_expired(conn, config.batch), config)
+    return store.jobs_reap_many(conn, decided, dlq_topic=config.dlq_topic)
+
+
 def test_the_reaper_requeues_expired_leases_with_backoff_and_kills_the_last_attempt(conn):
     expired = running(conn, sql_lease_expires_at="now() - interval '1 minute'")
     last = running(
         conn, attempt=3, sql_lease_expires_at="now() - interval '1 minute'", max_attempts=3
     )
     live = running(conn, sql_lease_expires_at="now() + interval '1 minute'")
-    reaped = {
-        j.id: j.status
-        for j in store.jobs_reap_expired(
-            conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="jobs.dlq"
-        )
-    }
+    reaped = reap(conn)
     assert reaped[expired.id] == "failed" and reaped[last.id] == "dead"
     assert live.id not in reaped
     again = reread(conn, expired)
     assert again.fence == 7 and again.lease_owner is None  # the lost worker's fence stays stale
     assert "expired (fence 7)" in again.last_error
     assert (again.run_at - again.updated_at).total_seconds() <= 1.0  # its own backoff: 1 s
-    attempt = conn.execute("SELECT outcome FROM attempts WHERE job_id = %s", (expired.id,))
-    assert attempt.fetchone()["outcome"] == "lease_expired"
-    assert outbox_of(conn, last)[0]["topic"] == "jobs.dlq"
+    attempt = conn.execute("SELECT outcome, error FROM attempts WHERE job_id = %s", (expired.id,))
+    assert attempt.fetchone() == {"outcome": "lease_expired", "error": again.last_error}
+    dead = reread(conn, last)
+    assert dead.status == Status.DEAD and dead.finished_at is not None
+    (letter,) = outbox_of(conn, last)
+    assert letter["topic"] == "jobs.dlq" and letter["key"] == str(last.id)
+    assert letter["value"] == {"job_id": str(last.id), "type": "noop", "payload": {}}
+    assert letter["headers"] == {
+        "job_id": str(last.id),
+        "type": "noop",
+        "attempts": "3",
+        "last_error": dead.last_error,
+    }
+    assert outbox_of(conn, expired) == []  # a retry waits for the promoter
+    assert reread(conn, live).status == Status.RUNNING
+
+
+def test_the_reapers_write_keeps_each_rows_fence_and_touches_no_one_elses(conn):
+    taken = running(conn, fence=9, sql_lease_expires_at="now() - interval '1 minute'")
+    other = running(conn, fence=9, sql_lease_expires_at="now() - interval '1 minute'")
+    finished = make_job(conn, Status.SUCCEEDED, fence=9)
+    outcome = Outcome(Status.DEAD, "lease of w expired (fence 9)")
+    written = store.jobs_reap_many(
+        conn,
+        [
+            Completion(taken.id, 9, outcome),
+            Completion(other.id, 8, outcome),  # a newer claim holds it
+            Completion(finished.id, 9, outcome),  # no longer running
+        ],
+        dlq_topic="jobs.dlq",
+    )
+    assert written == {taken.id: Status.DEAD}
+    assert reread(conn, other).status == Status.RUNNING and outbox_of(conn, other) == []
+    assert reread(conn, finished).status == Status.SUCCEEDED and outbox_of(conn, finished) == []
+    assert len(outbox_of(conn, taken)) == 1
+    with pytest.raises(IllegalTransition):
+        store.jobs_reap_many(conn, [Completion(taken.id, 9, Outcome(Status.QUEUED))], dlq_topic="d")
+
+
+async def test_a_reaper_pass_counts_and_logs_each_job_it_took_back(conn, caplog):
+    requeued = running(conn, sql_lease_expires_at="now() - interval '1 minute'")
+    doomed = running(
+        conn, attempt=3, max_attempts=3, sql_lease_expires_at="now() - interval '1 minute'"
+    )
+    before = metrics.lease_expirations._value.get()
+    reaper = Reaper(InTransaction(conn), REAPER)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="leasework.relay.reaper"):
+        done = await reaper.run_once()
+    # the shared table may hold expired leases of its own: at least ours were taken back
+    assert done.failed >= 1 and done.dead >= 1
+    assert metrics.lease_expirations._value.get() - before == done.failed + done.dead
+    logged = {r.job_id: r.status for r in caplog.records if r.msg == "lease expired; job requeued"}
+    assert logged[str(requeued.id)] == "failed" and logged[str(doomed.id)] == "dead"
+    assert reread(conn, requeued).status == Status.FAILED
 
 
 def test_the_promoter_queues_due_jobs_with_their_wake_up_and_leaves_the_rest(conn):
@@ -208,23 +284,12 @@ def test_a_retried_write_whose_first_try_committed_reports_written_not_rejected(
     assert again == {job.id: Status.SUCCEEDED}
     # a write under a fence the reaper closed is still a rejection
     reaped = running(conn, sql_lease_expires_at="now() - interval '1 minute'")
-    store.jobs_reap_expired(conn, 1000, retry_base=1.0, retry_cap=2.0, dlq_topic="d")
+    reap(conn)
     late = Completion(reaped.id, 7, Outcome(Status.SUCCEEDED))
     assert store.jobs_finish_many(conn, [late], dlq_topic="d", retrying=True) == {}
 
 
 # ---------------------------------------------------------------- retention by age
-
-
-class InTransaction:
-    """A :class:`leasework.db.Database` whose every call runs on the test's connection, in
-    its rolled-back transaction."""
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self.conn = conn
-
-    async def run(self, fn, *args):
-        return fn(self.conn, *args)
 
 
 # a row of each table pruned by age, `age` old (an interval)
@@ -254,14 +319,18 @@ async def test_the_pruner_deletes_audit_entries_and_notifications_past_their_ret
         t: metrics.rows_pruned.labels(t)._value.get() for t in ("audit_log", "alert_notifications")
     }
     day = 86400.0
-    retention = Retention(None, None, None, None, audit=90 * day, alerts=30 * day)
+    retention = Retention(
+        succeeded=None, dead=None, cancelled=None, audit=90 * day, alerts=30 * day
+    )
     # batches of one: the pass goes on until a batch comes back short
-    counts = await Pruner(InTransaction(conn), retention, batch=1).run_once()  # type: ignore[arg-type]
+    pruner = Pruner(InTransaction(conn), PrunerConfig(retention, batch=1))  # type: ignore[arg-type]
+    counts = await pruner.run_once()
     assert ids_left(conn, "audit_log", old_audit + fresh_audit) == set(fresh_audit)
     assert ids_left(conn, "alert_notifications", old_alerts + fresh_alerts) == set(fresh_alerts)
     # the shared tables may hold older rows of their own: at least ours went
     assert counts.tables["audit_log"] >= 2 and counts.tables["alert_notifications"] >= 2
-    assert counts.jobs == {} and "outbox" not in counts.tables  # 'never' prunes nothing
+    assert counts.jobs == {}  # 'never' prunes nothing
+    assert set(counts.tables) == {"audit_log", "alert_notifications"}  # the outbox has no age
     settings = config.load("relay", {"LEASEWORK_RETAIN_AUDIT": "never"})
     assert Retention.from_settings(settings).of_tables()["audit_log"] is None
     assert Retention.from_settings(settings).of_tables()["alert_notifications"] == 30 * day

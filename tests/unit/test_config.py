@@ -28,8 +28,8 @@ def test_the_roles_that_run_job_types_refuse_to_start_without_an_app(role):
 def test_retention_takes_durations_or_never():
     settings = load("relay", {"LEASEWORK_RETAIN_SUCCEEDED": "2d", "LEASEWORK_RETAIN_DEAD": "never"})
     assert settings.retain_succeeded == 2 * 86400 and settings.retain_dead is None
-    with pytest.raises(ConfigError, match="LEASEWORK_RETAIN_OUTBOX='0'.*'never'"):
-        load("relay", {"LEASEWORK_RETAIN_OUTBOX": "0"})
+    with pytest.raises(ConfigError, match="LEASEWORK_RETAIN_CANCELLED='0'.*'never'"):
+        load("relay", {"LEASEWORK_RETAIN_CANCELLED": "0"})
 
 
 def test_the_audit_log_and_alert_notifications_have_a_retention_of_their_own():

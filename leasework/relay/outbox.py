@@ -1,0 +1,164 @@
+"""The outbox relay: publishes the outbox to Kafka and deletes each row Kafka acknowledged.
+
+A pass locks a batch with ``FOR UPDATE SKIP LOCKED`` (so any number of relays may run),
+produces it (idempotent producer, ``acks=all``), waits for every delivery report and deletes
+the acknowledged rows, all inside one transaction: the outbox holds only what is still to be
+published. A crash between produce and commit leaves the rows in place, published again on
+the next pass, which the worker's skip of jobs no longer queued makes harmless. Rows Kafka did
+not acknowledge stay for the next pass; while that lasts the relay backs off and its
+``/readyz`` says why (the ``outbox-relay`` condition). An idle relay waits for ``NOTIFY
+leasework_outbox`` (a statement trigger on ``outbox``) or its tick, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import psycopg
+import trio
+from confluent_kafka import KafkaException
+
+from leasework import metrics, store
+from leasework.config import Settings
+from leasework.db import Database
+from leasework.kafka import BlockingPublisher
+from leasework.relay.service import MAX_BACKOFF, Backoff, Pass, Setback, run_passes
+
+log = logging.getLogger("leasework.relay.outbox")
+
+NOTIFY_CHANNEL = "leasework_outbox"
+HEALTH_CONDITION = "outbox-relay"  # the relay's /readyz names this while Kafka does not ack
+
+
+@dataclass(frozen=True)
+class OutboxConfig:
+    # rows a pass publishes (LEASEWORK_RELAY_BATCH_SIZE); a full batch runs the next at once
+    batch: int = 1000
+    # seconds an idle relay waits for a NOTIFY before it looks anyway (LEASEWORK_RELAY_TICK)
+    tick: float = 0.5
+    # seconds a woken relay lets rows gather before its pass, so a stream of small commits
+    # becomes one produce request instead of many (each one costs every broker)
+    gather: float = 0.025
+    # seconds to wait for the delivery reports of one batch
+    publish_timeout: float = 20.0
+    # after a failed pass, or one whose rows Kafka did not acknowledge
+    backoff: Backoff = Backoff(0.2, MAX_BACKOFF)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OutboxConfig:
+        return cls(batch=settings.relay_batch_size, tick=settings.relay_tick)
+
+
+@dataclass(frozen=True)
+class Published(Pass):
+    """One pass: rows Kafka acknowledged (deleted), rows it did not (kept), and the first
+    delivery error."""
+
+    acknowledged: int
+    unacknowledged: int
+    error: str | None
+    batch: int
+
+    @property
+    def more_waiting(self) -> bool:
+        return self.acknowledged >= self.batch
+
+    @property
+    def setback(self) -> Setback | None:
+        if not self.unacknowledged:
+            return None
+        return Setback(
+            "kafka did not acknowledge outbox rows; kept for retry",
+            {"failed": self.unacknowledged, "error": self.error},
+        )
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        db: Database,
+        publisher: BlockingPublisher,
+        config: OutboxConfig,
+        health_conditions: dict[str, str],
+    ) -> None:
+        self.db = db
+        self.publisher = publisher
+        self.config = config
+        self.health_conditions = health_conditions
+
+    def _pass(self, conn: psycopg.Connection) -> Published:
+        rows = store.outbox_fetch(conn, self.config.batch)
+        if not rows:
+            return Published(0, 0, None, self.config.batch)
+        messages = [(m.topic, m.key, m.value.encode(), m.headers) for m in rows]
+        deliveries = self.publisher.publish(messages, timeout=self.config.publish_timeout)
+        acked = [m.id for m, d in zip(rows, deliveries, strict=True) if d.ok]
+        store.outbox_retire(conn, acked)
+        failed = [d.error for d in deliveries if not d.ok]
+        return Published(len(acked), len(failed), failed[0] if failed else None, self.config.batch)
+
+    async def run_once(self) -> Published:
+        """Publish one batch; the health condition says so while Kafka does not acknowledge."""
+        done = await self.db.run(self._pass)
+        metrics.relay_published.inc(done.acknowledged)
+        metrics.relay_publish_failures.inc(done.unacknowledged)
+        metrics.relay_last_tick.set(time.time())
+        if done.unacknowledged:
+            self.health_conditions[HEALTH_CONDITION] = f"cannot publish to kafka: {done.error}"
+        else:
+            self.health_conditions.pop(HEALTH_CONDITION, None)
+        return done
+
+    async def run(self) -> None:
+        listener = NotificationListener(self.db)
+
+        async def until_rows_arrive() -> None:
+            if await listener.wait(self.config.tick):
+                await trio.sleep(self.config.gather)
+
+        await run_passes(
+            "outbox",
+            self.run_once,
+            interval=self.config.tick,
+            backoff=self.config.backoff,
+            idle=until_rows_arrive,
+            expected=(psycopg.Error, KafkaException),
+        )
+
+
+class NotificationListener:
+    """Waits for NOTIFY on the outbox channel, at most ``timeout`` seconds (the fallback tick).
+
+    The listening connection lives in a worker thread; losing it only costs immediacy: the
+    tick still finds the rows, and the connection is made again on the next wait.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.conn: psycopg.Connection | None = None
+        self.limiter = trio.CapacityLimiter(1)
+
+    def _wait(self, timeout: float) -> bool:
+        try:
+            if self.conn is None or self.conn.closed:
+                self.conn = self.db.connect(autocommit=True)
+                self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            notified = any(True for _ in self.conn.notifies(timeout=timeout, stop_after=1))
+            if notified:
+                # drain whatever else has arrived already: one pass handles them all (a
+                # deadline of zero reads what is buffered and stops)
+                for _ in self.conn.notifies(timeout=0.0):
+                    pass
+            return notified
+        except psycopg.Error:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = None
+            time.sleep(timeout)
+            return False
+
+    async def wait(self, at_most: float) -> bool:
+        """Whether a NOTIFY came within ``at_most`` seconds."""
+        return await trio.to_thread.run_sync(self._wait, at_most, limiter=self.limiter)

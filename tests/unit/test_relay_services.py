@@ -1,0 +1,442 @@
+"""The relay's services without servers: the one loop they all run (``run_passes``) on Trio's
+MockClock, so every wait is exact; the reaper's decision as a pure function; each service's
+``run_once`` against stand-ins for the database, Kafka and the lag probe (the real statements
+are driven in tests/integration/test_store.py)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+import trio
+
+from leasework import metrics, store
+from leasework.config import load
+from leasework.job import Job
+from leasework.kafka import PublishResult
+from leasework.outcomes import Completion, Outcome
+from leasework.relay import lag, outbox
+from leasework.relay.backlog import BacklogGauge
+from leasework.relay.outbox import OutboxConfig, OutboxRelay, Published
+from leasework.relay.promoter import Promoted, Promoter, PromoterConfig
+from leasework.relay.pruner import Pruner, PrunerConfig, Retention
+from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcome, expired_outcomes
+from leasework.relay.service import Backoff, Pass, Setback, run_passes
+from leasework.states import IllegalTransition, Status
+from leasework.store.relay import OutboxMessage
+
+# ---------------------------------------------------------------- the loop
+
+
+@dataclass(frozen=True)
+class Did(Pass):
+    """A pass as a test scripts it."""
+
+    more: bool = False
+    trouble: Setback | None = None
+
+    @property
+    def more_waiting(self) -> bool:
+        return self.more
+
+    @property
+    def setback(self) -> Setback | None:
+        return self.trouble
+
+
+class Script:
+    """A ``run_once`` that plays ``steps`` (a Pass to return, an exception to raise), noting
+    the (mock) time of each call; once they are played it ends the loop by cancelling it."""
+
+    def __init__(self, *steps: Pass | Exception) -> None:
+        self.steps = list(steps)
+        self.calls: list[float] = []
+        self.scope = trio.CancelScope()
+
+    async def __call__(self) -> Pass:
+        self.calls.append(trio.current_time())
+        if not self.steps:
+            self.scope.cancel()
+            await trio.sleep_forever()
+        step = self.steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def waits(self) -> list[float]:
+        return [round(b - a, 6) for a, b in zip(self.calls, self.calls[1:], strict=False)]
+
+
+BACKOFF = Backoff(0.2, 5.0)
+INTERVAL = 1.0
+
+
+async def drive(script: Script, **options) -> list[float]:
+    """Run the loop over ``script`` until it is played out; the waits between its passes."""
+    options = {"interval": INTERVAL, "backoff": BACKOFF, **options}
+    with trio.fail_after(3600), script.scope:  # a loop that swallowed the cancel fails here
+        await run_passes("test", script, **options)
+    return script.waits()
+
+
+def down() -> psycopg.Error:
+    return psycopg.OperationalError("connection refused")
+
+
+async def test_the_backoff_doubles_with_each_failure_in_a_row_up_to_its_cap(autojump_clock):
+    waits = await drive(Script(*(down() for _ in range(8))))
+    assert waits == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
+
+
+async def test_a_pass_that_succeeds_resets_the_backoff(autojump_clock):
+    waits = await drive(Script(down(), down(), Did(), down(), down()))
+    assert waits == [0.2, 0.4, INTERVAL, 0.2, 0.4]
+
+
+async def test_more_waiting_runs_the_next_pass_at_once_and_an_idle_one_waits_the_interval(
+    autojump_clock,
+):
+    waits = await drive(Script(Did(more=True), Did(more=True), Did(), Did(more=True), Did()))
+    assert waits == [0.0, 0.0, INTERVAL, 0.0, INTERVAL]
+
+
+async def test_an_idle_service_waits_its_own_way_when_it_has_one(autojump_clock):
+    woken = []
+
+    async def until_notified() -> None:
+        woken.append(trio.current_time())
+        await trio.sleep(0.3)
+
+    waits = await drive(Script(Did(), Did(more=True), Did()), idle=until_notified)
+    assert waits == [0.3, 0.0, 0.3] and len(woken) == 2  # not after the full batch
+
+
+async def test_a_failing_pass_does_not_end_the_loop_and_is_logged_once_as_what_it_is(
+    autojump_clock, caplog
+):
+    script = Script(RuntimeError("a bug"), down(), KeyError("weather here"), Did())
+    with caplog.at_level(logging.WARNING, logger="leasework.relay.service"):
+        waits = await drive(script, expected=(psycopg.Error, KeyError))
+    assert waits == [0.2, 0.4, 0.8, INTERVAL]  # every pass ran, the last one succeeded
+    bug, database, expected = caplog.records
+    assert bug.levelno == logging.ERROR and bug.exc_info is not None
+    assert bug.getMessage() == "test pass failed unexpectedly (a bug); retrying"
+    assert database.levelno == logging.WARNING and database.exc_info is None
+    assert database.getMessage() == "test pass failed"
+    assert database.error == "connection refused"
+    assert expected.levelno == logging.WARNING and expected.getMessage() == "test pass failed"
+
+
+async def test_a_setback_backs_off_as_a_failure_does_and_says_why(autojump_clock, caplog):
+    trouble = Setback("kafka did not acknowledge outbox rows; kept for retry", {"failed": 2})
+    script = Script(Did(trouble=trouble), Did(trouble=trouble), Did(), Did(trouble=trouble))
+    with caplog.at_level(logging.WARNING, logger="leasework.relay.service"):
+        waits = await drive(script)
+    assert waits == [0.2, 0.4, INTERVAL, 0.2]
+    assert [(r.getMessage(), r.failed, r.backoff) for r in caplog.records] == [
+        (trouble.message, 2, 0.2),
+        (trouble.message, 2, 0.4),
+        (trouble.message, 2, 0.2),
+    ]
+
+
+def test_a_backoff_starts_at_the_interval_and_is_never_shorter_than_it():
+    assert Backoff.from_interval(0.5) == Backoff(0.5, 5.0)
+    assert Backoff.from_interval(60.0) == Backoff(60.0, 60.0)  # the pruner's: its interval
+    assert Backoff(1.0, 5.0).after(0.0) == 1.0 and Backoff(1.0, 5.0).after(4.0) == 5.0
+    with pytest.raises(ValueError):
+        Backoff(2.0, 1.0)
+    with pytest.raises(ValueError):
+        Backoff(0.0, 1.0)
+
+
+# ---------------------------------------------------------------- the reaper's decision
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def expired_job(**fields) -> Job:
+    values = {
+        "id": uuid.uuid4(),
+        "type": "noop",
+        "payload": {},
+        "status": Status.RUNNING,
+        "run_at": NOW,
+        "attempt": 1,
+        "max_attempts": 3,
+        "timeout_seconds": 60,
+        "fence": 7,
+        "lease_owner": "worker-1",
+        "lease_expires_at": NOW,
+        "idempotency_key": None,
+        "ordering_key": None,
+        "last_error": None,
+        "cancel_requested": False,
+        "created_at": NOW,
+        "updated_at": NOW,
+        "started_at": NOW,
+        "finished_at": None,
+        "result": None,
+        "retry_base": None,
+        "retry_cap": None,
+        "deferrals": 0,
+        "attempt_budget": 3,
+    }
+    return Job(**{**values, **fields})
+
+
+class Ceiling(random.Random):
+    """Full jitter that always draws the top of its range: the delay is the backoff's bound."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+SETTINGS = load("relay", {"LEASEWORK_RETRY_BASE": "1s", "LEASEWORK_RETRY_CAP": "2s"})
+REAPER = ReaperConfig.from_settings(SETTINGS)
+
+
+def test_an_expired_lease_fails_with_a_backoff_and_its_last_attempt_dies():
+    retry, last = expired_job(attempt=3, max_attempts=5), expired_job(attempt=3, max_attempts=3)
+    retried, died = expired_outcomes([retry, last], REAPER, Ceiling())
+    # the settings' backoff: min(cap 2 s, base 1 s * 2 ** (3 - 1))
+    assert retried == Completion(
+        retry.id, 7, Outcome(Status.FAILED, "lease of worker-1 expired (fence 7)", 2.0)
+    )
+    assert died == Completion(
+        last.id, 7, Outcome(Status.DEAD, "lease of worker-1 expired (fence 7)", None)
+    )
+
+
+def test_a_jobs_own_backoff_wins_over_the_settings():
+    job = expired_job(attempt=2, retry_base=3.0, retry_cap=100.0, fence=12, lease_owner="w-2")
+    decided = expired_outcome(job, REAPER, Ceiling())
+    assert decided.outcome.retry_in == 6.0  # 3 s * 2 ** (2 - 1), under its own cap
+    assert decided.fence == 12 and decided.outcome.error == "lease of w-2 expired (fence 12)"
+    jittered = expired_outcome(job, REAPER, random.Random(17))
+    assert 0.0 <= jittered.outcome.retry_in <= 6.0
+
+
+def test_only_a_running_job_can_have_its_lease_expire():
+    with pytest.raises(IllegalTransition):
+        expired_outcome(expired_job(status=Status.QUEUED), REAPER)
+
+
+def test_the_reapers_config_comes_from_the_settings():
+    assert (REAPER.dlq_topic, REAPER.retry_base, REAPER.retry_cap) == ("jobs.dlq", 1.0, 2.0)
+    assert (REAPER.batch, REAPER.interval) == (200, 1.0)
+
+
+# ---------------------------------------------------------------- each service's pass
+
+
+class Db:
+    """A Database whose calls run ``fn`` on no connection (the statements are stand-ins)."""
+
+    async def run(self, fn, *args):
+        return fn(None, *args)
+
+
+async def test_a_reaper_pass_counts_and_logs_only_the_jobs_it_wrote(monkeypatch, caplog):
+    taken, lost, doomed = (
+        expired_job(),
+        expired_job(),
+        expired_job(attempt=3, max_attempts=3),
+    )
+    written: list[list[Completion]] = []
+
+    def reap_many(conn, reaped, *, dlq_topic):
+        written.append(reaped)
+        assert dlq_topic == "jobs.dlq"
+        return {c.job_id: c.outcome.status for c in reaped if c.job_id != lost.id}
+
+    monkeypatch.setattr(store, "jobs_expired", lambda conn, limit: [taken, lost, doomed])
+    monkeypatch.setattr(store, "jobs_reap_many", reap_many)
+    before = metrics.lease_expirations._value.get()
+    with caplog.at_level(logging.WARNING, logger="leasework.relay.reaper"):
+        done = await Reaper(Db(), REAPER).run_once()  # type: ignore[arg-type]
+    assert (done.failed, done.dead) == (1, 1) and not done.more_waiting
+    assert [c.job_id for c in written[0]] == [taken.id, lost.id, doomed.id]  # one write
+    assert metrics.lease_expirations._value.get() - before == 2
+    assert [(r.getMessage(), r.job_id, r.status) for r in caplog.records] == [
+        ("lease expired; job requeued", str(taken.id), "failed"),
+        ("lease expired; job requeued", str(doomed.id), "dead"),
+    ]
+
+
+class Kafka:
+    """A publisher whose deliveries fail for the keys in ``refusing``."""
+
+    def __init__(self) -> None:
+        self.refusing: set[str] = set()
+
+    def publish(self, messages, timeout):
+        return [
+            PublishResult(False, "broker down") if key in self.refusing else PublishResult(True)
+            for _topic, key, _value, _headers in messages
+        ]
+
+
+def message(n: int) -> OutboxMessage:
+    return OutboxMessage(n, "jobs.ready", f"k{n}", "{}", {})
+
+
+class Outbox:
+    """The outbox statements, on a list of rows."""
+
+    def __init__(self, monkeypatch, rows: list[OutboxMessage]) -> None:
+        self.rows = rows
+        monkeypatch.setattr(store, "outbox_fetch", self.fetch)
+        monkeypatch.setattr(store, "outbox_retire", self.retire)
+
+    def fetch(self, conn, limit):
+        return self.rows[:limit]
+
+    def retire(self, conn, ids):
+        self.rows = [m for m in self.rows if m.id not in ids]
+
+
+async def test_an_outbox_pass_deletes_what_kafka_acknowledged_and_says_when_it_did_not(
+    monkeypatch,
+):
+    rows = Outbox(monkeypatch, [message(1), message(2), message(3)])
+    kafka, conditions = Kafka(), {"other": "kept"}
+    kafka.refusing = {"k2"}
+    relay = OutboxRelay(Db(), kafka, OutboxConfig(batch=10), conditions)  # type: ignore[arg-type]
+    published = metrics.relay_published._value.get()
+    failures = metrics.relay_publish_failures._value.get()
+    done = await relay.run_once()
+    assert done == Published(2, 1, "broker down", 10) and not done.more_waiting
+    assert done.setback == Setback(
+        "kafka did not acknowledge outbox rows; kept for retry",
+        {"failed": 1, "error": "broker down"},
+    )
+    assert [m.id for m in rows.rows] == [2]  # kept for the next pass
+    assert conditions == {"other": "kept", "outbox-relay": "cannot publish to kafka: broker down"}
+    assert metrics.relay_published._value.get() - published == 2
+    assert metrics.relay_publish_failures._value.get() - failures == 1
+    kafka.refusing = set()
+    done = await relay.run_once()
+    assert done == Published(1, 0, None, 10) and done.setback is None
+    assert rows.rows == [] and conditions == {"other": "kept"}
+
+
+async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_gathers_after_a_notify(
+    monkeypatch, autojump_clock
+):
+    rows = Outbox(monkeypatch, [message(n) for n in range(1, 6)])
+    kafka = Kafka()
+    kafka.refusing = {"k1"}
+    passes: list[tuple[float, int]] = []  # (when, rows waiting)
+    stop = trio.CancelScope()
+
+    class Watched(Db):
+        async def run(self, fn, *args):
+            passes.append((trio.current_time(), len(rows.rows)))
+            if len(passes) == 2:
+                kafka.refusing = set()
+            if len(passes) == 5:
+                stop.cancel()
+            return await super().run(fn, *args)
+
+    async def notified(self, at_most: float) -> bool:
+        await trio.sleep(0.1)  # a NOTIFY 0.1 s into the wait
+        return True
+
+    monkeypatch.setattr(outbox.NotificationListener, "wait", notified)
+    config = OutboxConfig(batch=2, tick=0.5)
+    with trio.fail_after(60), stop:
+        await OutboxRelay(Watched(), kafka, config, {}).run()  # type: ignore[arg-type]
+    start = passes[0][0]
+    assert [(round(t - start, 6), waiting) for t, waiting in passes] == [
+        (0.0, 5),  # k1 refused, k2 published: back off
+        (0.2, 4),  # k1, k3 published: a full batch
+        (0.2, 2),  # at once: k4, k5, a full batch
+        (0.2, 0),  # at once: nothing left, so the relay waits for a NOTIFY, then gathers 25 ms
+        (0.325, 0),
+    ]
+
+
+async def test_a_promoter_pass_is_a_full_batch_or_the_relay_waits(monkeypatch):
+    due = [3]
+    monkeypatch.setattr(store, "jobs_promote_due", lambda conn, limit, topic: due[0])
+    promoter = Promoter(Db(), PromoterConfig("jobs.ready", batch=3))  # type: ignore[arg-type]
+    before = metrics.promoted._value.get()
+    assert await promoter.run_once() == Promoted(3, 3) and Promoted(3, 3).more_waiting
+    due[0] = 2
+    assert not (await promoter.run_once()).more_waiting
+    assert metrics.promoted._value.get() - before == 5
+    tick = PromoterConfig.from_settings(load("relay", {"LEASEWORK_RELAY_TICK": "250ms"}))
+    assert (tick.interval, tick.backoff) == (0.25, Backoff(0.25, 5.0))
+
+
+async def test_a_prune_pass_drains_each_retention_in_batches_and_leaves_the_outbox_alone():
+    calls: list[tuple] = []
+    answers = {"succeeded": [2, 2, 1], "audit_log": [0]}
+
+    class Deleting:
+        async def run(self, fn, *args):
+            calls.append((fn.__name__, *map(str, args)))
+            return answers[str(args[0])].pop(0)
+
+    retention = Retention(succeeded=10.0, dead=None, cancelled=None, audit=20.0)
+    counts = await Pruner(Deleting(), PrunerConfig(retention, batch=2)).run_once()  # type: ignore[arg-type]
+    assert counts.jobs == {Status.SUCCEEDED: 5} and counts.tables == {"audit_log": 0}
+    assert calls == [("jobs_prune", "succeeded", "10.0", "2")] * 3 + [
+        ("rows_prune", "audit_log", "20.0", "2")
+    ]
+    assert not counts.more_waiting  # a pass drains what is past its retention
+    assert "outbox" not in Retention.from_settings(SETTINGS).of_tables()
+    with pytest.raises(TypeError):
+        Retention(1.0, 2.0, 3.0)  # type: ignore[misc]  # by name only: no field can shift
+
+
+async def test_the_backlog_gauge_keeps_its_last_values_while_postgres_cannot_be_asked(
+    monkeypatch,
+):
+    answer: list = [(4, 1.5)]
+
+    def pending(conn):
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
+
+    monkeypatch.setattr(store, "outbox_pending", pending)
+    gauge = BacklogGauge(Db())  # type: ignore[arg-type]
+    sample = await gauge.run_once()
+    assert (sample.pending, sample.oldest_age) == (4, 1.5)
+    assert metrics.outbox_pending._value.get() == 4
+    answer[0] = down()
+    sample = await gauge.run_once()  # no exception, nothing for the loop to log
+    assert (sample.pending, sample.oldest_age) == (None, None)
+    assert (
+        metrics.outbox_pending._value.get() == 4 and metrics.outbox_oldest_age._value.get() == 1.5
+    )
+
+
+async def test_the_lag_probe_exports_each_sample_it_prints_until_it_exits():
+    lines = ['{"0": 3, "1": 0}', '{"error": "coordinator unavailable"}', "noise", '{"0": 7}']
+    script = "".join(f"print({line!r})\n" for line in lines)
+    run = await lag.read_lag_samples([sys.executable, "-c", script])
+    assert (run.samples, run.returncode) == (2, 0) and not run.more_waiting
+    assert metrics.consumer_lag.labels("0")._value.get() == 7
+    assert metrics.consumer_lag.labels("1")._value.get() == 0
+
+
+async def test_a_lag_probe_that_cannot_start_is_logged_and_waited_for(monkeypatch, caplog):
+    config = lag.LagConfig(("a:1", "b:2"), "group", "jobs.ready", every=5.0)
+    assert config.command()[1:] == ["-m", "leasework.relay.lagprobe", "a:1,b:2", "group"] + [
+        "jobs.ready",
+        "5.0",
+    ]
+    monkeypatch.setattr(lag.LagConfig, "command", lambda self: ["/nonexistent/lagprobe"])
+    with caplog.at_level(logging.WARNING, logger="leasework.relay.lag"):
+        run = await lag.ConsumerLag(config).run_once()
+    assert (run.samples, run.returncode) == (0, None)
+    assert [r.getMessage() for r in caplog.records] == ["consumer lag probe could not run"]
