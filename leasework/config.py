@@ -143,11 +143,10 @@ class Settings:
     topic_dlq: str = "jobs.dlq"
     # api, worker, dev: the user's job types, ``module:attribute[,module:attribute]``
     app: str | None = None
-    # relay: how long finished jobs and acknowledged outbox rows are kept (None: for ever)
+    # relay: how long finished jobs are kept (None: for ever)
     retain_succeeded: float | None = 7 * 86400.0
     retain_dead: float | None = 30 * 86400.0
     retain_cancelled: float | None = 7 * 86400.0
-    retain_outbox: float | None = 3600.0
     # relay: how long audit entries and Alertmanager's notifications are kept (None: for ever)
     retain_audit: float | None = 90 * 86400.0
     retain_alerts: float | None = 30 * 86400.0
@@ -215,7 +214,6 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         "RETAIN_SUCCEEDED": ("retain_succeeded", True),
         "RETAIN_DEAD": ("retain_dead", True),
         "RETAIN_CANCELLED": ("retain_cancelled", True),
-        "RETAIN_OUTBOX": ("retain_outbox", True),
         "RETAIN_AUDIT": ("retain_audit", True),
         "RETAIN_ALERTS": ("retain_alerts", True),
         "BODY_READ_TIMEOUT": ("body_read_timeout", False),
