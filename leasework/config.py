@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS
@@ -165,6 +165,38 @@ class Settings:
     internal_addr: tuple[str, int] | None = None
 
 
+# variable -> (attribute, whether "never" is allowed)
+DURATIONS: dict[str, tuple[str, bool]] = {
+    "SHUTDOWN_TIMEOUT": ("shutdown_timeout", False),
+    "LEASE_TTL": ("lease_ttl", False),
+    "RELAY_TICK": ("relay_tick", False),
+    "RETRY_BASE": ("retry_base", False),
+    "RETRY_CAP": ("retry_cap", False),
+    "PRUNE_INTERVAL": ("prune_interval", False),
+    "RETAIN_SUCCEEDED": ("retain_succeeded", True),
+    "RETAIN_DEAD": ("retain_dead", True),
+    "RETAIN_CANCELLED": ("retain_cancelled", True),
+    "RETAIN_AUDIT": ("retain_audit", True),
+    "RETAIN_ALERTS": ("retain_alerts", True),
+    "BODY_READ_TIMEOUT": ("body_read_timeout", False),
+}
+# variable -> (attribute, lowest, highest)
+INTEGERS: dict[str, tuple[str, int, int]] = {
+    "WORKER_CONCURRENCY": ("worker_concurrency", 1, 1024),
+    "RELAY_BATCH_SIZE": ("relay_batch_size", 1, 10_000),
+    "DEFAULT_MAX_ATTEMPTS": ("default_max_attempts", 1, MAX_ATTEMPTS),
+    "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, MAX_TIMEOUT_SECONDS),
+    "MAX_BODY_BYTES": ("max_body_bytes", 1024, 64 * 1_048_576),
+    "MAX_BATCH_BYTES": ("max_batch_bytes", 1024, 256 * 1_048_576),
+    "MAX_WEBHOOK_BYTES": ("max_webhook_bytes", 1024, 64 * 1_048_576),
+    "MAX_FORM_BYTES": ("max_form_bytes", 1024, 1_048_576),
+    "MAX_SMALL_BODY_BYTES": ("max_small_body_bytes", 1024, 16 * 1_048_576),
+}
+
+
+Getter = Callable[[str], str | None]
+
+
 def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     """Read the settings of ``role`` from ``environ`` (default: the process environment)."""
     env = os.environ if environ is None else environ
@@ -186,6 +218,27 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         ops = DEFAULT_OPS_ADDR.get(role, "")
     values["ops_addr"] = parse_addr("LEASEWORK_OPS_ADDR", ops) if ops else None
 
+    values.update(_dependencies(get))
+    for suffix, (attr, allow_never) in DURATIONS.items():
+        if (raw := get(suffix)) is not None:
+            values[attr] = parse_positive_duration(
+                f"LEASEWORK_{suffix}", raw, allow_never=allow_never
+            )
+    for suffix, (attr, low, high) in INTEGERS.items():
+        if (raw := get(suffix)) is not None:
+            values[attr] = parse_int(f"LEASEWORK_{suffix}", raw, low, high)
+    values["lease_mode"] = _lease_mode(get)
+    values.update(_api_options(get))
+    if (group := get("CONSUMER_GROUP")) is not None:
+        values["consumer_group"] = group
+    if role in APP_ROLES:
+        values["app"] = _app(role, get("APP"))
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _dependencies(get: Getter) -> dict[str, object]:
+    """Where Postgres, Redis and Kafka are."""
+    values: dict[str, object] = {}
     if (dsn := get("POSTGRES_DSN")) is not None:
         if not dsn.startswith(("postgresql://", "postgres://")) and "=" not in dsn:
             raise ConfigError(
@@ -202,43 +255,10 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         for broker in listed:
             parse_addr("LEASEWORK_KAFKA_BROKERS", broker)
         values["kafka_brokers"] = listed
+    return values
 
-    # variable -> (attribute, whether "never" is allowed)
-    durations = {
-        "SHUTDOWN_TIMEOUT": ("shutdown_timeout", False),
-        "LEASE_TTL": ("lease_ttl", False),
-        "RELAY_TICK": ("relay_tick", False),
-        "RETRY_BASE": ("retry_base", False),
-        "RETRY_CAP": ("retry_cap", False),
-        "PRUNE_INTERVAL": ("prune_interval", False),
-        "RETAIN_SUCCEEDED": ("retain_succeeded", True),
-        "RETAIN_DEAD": ("retain_dead", True),
-        "RETAIN_CANCELLED": ("retain_cancelled", True),
-        "RETAIN_AUDIT": ("retain_audit", True),
-        "RETAIN_ALERTS": ("retain_alerts", True),
-        "BODY_READ_TIMEOUT": ("body_read_timeout", False),
-    }
-    for suffix, (attr, allow_never) in durations.items():
-        if (raw := get(suffix)) is not None:
-            values[attr] = parse_positive_duration(
-                f"LEASEWORK_{suffix}", raw, allow_never=allow_never
-            )
 
-    integers = {
-        "WORKER_CONCURRENCY": ("worker_concurrency", 1, 1024),
-        "RELAY_BATCH_SIZE": ("relay_batch_size", 1, 10_000),
-        "DEFAULT_MAX_ATTEMPTS": ("default_max_attempts", 1, MAX_ATTEMPTS),
-        "DEFAULT_TIMEOUT_SECONDS": ("default_timeout_seconds", 1, MAX_TIMEOUT_SECONDS),
-        "MAX_BODY_BYTES": ("max_body_bytes", 1024, 64 * 1_048_576),
-        "MAX_BATCH_BYTES": ("max_batch_bytes", 1024, 256 * 1_048_576),
-        "MAX_WEBHOOK_BYTES": ("max_webhook_bytes", 1024, 64 * 1_048_576),
-        "MAX_FORM_BYTES": ("max_form_bytes", 1024, 1_048_576),
-        "MAX_SMALL_BODY_BYTES": ("max_small_body_bytes", 1024, 16 * 1_048_576),
-    }
-    for suffix, (attr, low, high) in integers.items():
-        if (raw := get(suffix)) is not None:
-            values[attr] = parse_int(f"LEASEWORK_{suffix}", raw, low, high)
-
+def _lease_mode(get: Getter) -> str:
     mode = get("LEASE_MODE") or "fenced"
     if mode not in ("fenced", UNSAFE_LEASE_MODE):
         raise ConfigError(f"LEASEWORK_LEASE_MODE={mode!r} is not 'fenced'")
@@ -248,8 +268,13 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
             "lease deadline, so a stalled worker WILL apply effects twice; it exists only to "
             "demonstrate that. Set LEASEWORK_I_ACCEPT_DUPLICATE_EFFECTS=yes as well to run it."
         )
-    values["lease_mode"] = mode
+    return mode
 
+
+def _api_options(get: Getter) -> dict[str, object]:
+    """The console's Prometheus, the proxies trusted for client addresses, the internal
+    listener."""
+    values: dict[str, object] = {}
     if (prometheus := get("PROMETHEUS_URL")) is not None:
         if not re.match(r"^https?://[^/\s]+", prometheus):
             raise ConfigError(
@@ -257,22 +282,18 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
                 "(for example http://127.0.0.1:9090)"
             )
         values["prometheus_url"] = prometheus.rstrip("/")
-
     if (proxies := get("TRUSTED_PROXIES")) is not None:
         values["trusted_proxies"] = parse_networks("LEASEWORK_TRUSTED_PROXIES", proxies)
     if internal := get("INTERNAL_ADDR"):
         values["internal_addr"] = parse_addr("LEASEWORK_INTERNAL_ADDR", internal)
+    return values
 
-    if (group := get("CONSUMER_GROUP")) is not None:
-        values["consumer_group"] = group
 
-    app = get("APP")
-    if role in APP_ROLES:
-        if not app:
-            raise ConfigError(
-                f"LEASEWORK_APP is not set: the {role} needs your app to know your job types. "
-                "Pass --app mypkg.jobs:app or set LEASEWORK_APP=mypkg.jobs:app (the demo app "
-                "with noop, sleep, fail, ledger and echo is leasework.demo:app)"
-            )
-        values["app"] = app
-    return Settings(**values)  # type: ignore[arg-type]
+def _app(role: str, app: str | None) -> str:
+    if not app:
+        raise ConfigError(
+            f"LEASEWORK_APP is not set: the {role} needs your app to know your job types. "
+            "Pass --app mypkg.jobs:app or set LEASEWORK_APP=mypkg.jobs:app (the demo app "
+            "with noop, sleep, fail, ledger and echo is leasework.demo:app)"
+        )
+    return app
