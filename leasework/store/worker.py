@@ -113,7 +113,7 @@ finished AS (
            run_at = CASE WHEN done.retry IS NULL THEN jobs.run_at
                          ELSE now() + make_interval(secs => done.retry) END,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
-           finished_at = CASE WHEN done.status IN ('succeeded', 'dead', 'cancelled')
+           finished_at = CASE WHEN done.status = ANY(%(terminal)s)
                               THEN now() END
     FROM done
     WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.status = 'running'
@@ -217,7 +217,10 @@ def jobs_finish_many(
         }
         for c in completions
     ]
-    rows = conn.execute(FINISH_MANY, {"done": Jsonb(done), "dlq": dlq_topic}).fetchall()
+    rows = conn.execute(
+        FINISH_MANY,
+        {"done": Jsonb(done), "dlq": dlq_topic, "terminal": [str(s) for s in TERMINAL]},
+    ).fetchall()
     written = {r["id"]: Status(r["status"]) for r in rows}
     if retrying and len(written) < len(completions):
         missing = [c for c in completions if c.job_id not in written]
