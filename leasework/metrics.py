@@ -102,7 +102,7 @@ jobs_deferred = Counter(
 jobs_pruned = Counter("leasework_jobs_pruned", "Finished jobs deleted by the pruner", ["status"])
 rows_pruned = Counter(
     "leasework_rows_pruned",
-    "Rows the pruner deleted by age alone (outbox, audit_log, alert_notifications)",
+    "Rows the pruner deleted by age alone (audit_log, alert_notifications)",
     ["table"],
 )
 worker_errors = Counter(

@@ -46,7 +46,7 @@ LABEL_DOMAINS = {
     "partition": {str(p) for p in range(12)},
     # the pruner's, by final state; the guard's refusals
     "status": {"succeeded", "dead", "cancelled", "401", "403"},
-    "table": {"outbox", "audit_log", "alert_notifications"},
+    "table": {"audit_log", "alert_notifications"},
     "dependency": {"postgres", "redis", "kafka"},
     "result": {"ok", "lost", "error"},
 }
