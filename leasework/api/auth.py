@@ -1,5 +1,6 @@
-"""Who may call the api: bearer tokens with scopes, a per-token rate limit, and the route
-table that says which scope each operation needs.
+"""Who may call the api: bearer tokens with scopes, and a per-token rate limit. Which scope each
+operation needs is in its entry of the route table (:data:`leasework.api.routes.ROUTES`); the
+guard (:mod:`leasework.api.guard`) checks it.
 
 * :class:`Authenticator` keeps every live token in memory, reloaded twice a second, so a
   token is looked up by its prefix without a query (a stranger's token never reaches
@@ -11,15 +12,12 @@ table that says which scope each operation needs.
 * :class:`RateLimiter` is a token bucket per token in Redis (one Lua script; concurrent checks
   share one call). A Redis outage lets requests through, counted and logged, and answers
   carry ``RateLimit-Status: unavailable``: it never costs a job.
-* :class:`Routes` comes from the OpenAPI document: every operation names its scope there
-  (``x-leasework-scope``), so an endpoint cannot be added without one.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 import uuid
 from dataclasses import dataclass, field
 
@@ -339,48 +337,3 @@ class RateLimiter:
             for check, wait_ms in zip(batch, waits, strict=True):
                 check.retry_after = wait_ms / 1000 if wait_ms else None
                 check.done.set()
-
-
-# ---------------------------------------------------------------- the route table
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    template: str
-    pattern: re.Pattern[str]
-    scope: str | None  # None: public
-
-
-class Routes:
-    """(method, path) -> the scope the OpenAPI document names for that operation."""
-
-    def __init__(self, document: dict) -> None:
-        self.routes: list[Route] = []
-        for template, operations in document["paths"].items():
-            parts = re.split(r"\{[^}]+\}", template)
-            regex = "^" + "[^/]+".join(re.escape(part) for part in parts) + "$"
-            for method, operation in operations.items():
-                scope = operation.get("x-leasework-scope")
-                public = not operation.get("security", True)
-                if scope is None and not public:
-                    raise ValueError(f"{method.upper()} {template} names no x-leasework-scope")
-                self.routes.append(
-                    Route(method.upper(), template, re.compile(regex), None if public else scope)
-                )
-        # the most specific first: a literal segment beats a parameter, as in any router
-        # (``/jobs/batch`` is not ``/jobs/{job_id}``)
-        self.routes.sort(key=lambda r: (r.template.count("{"), -len(r.template)))
-
-    def _template(self, path: str) -> str | None:
-        """The most specific template ``path`` matches."""
-        return next((r.template for r in self.routes if r.pattern.match(path)), None)
-
-    def match(self, method: str, path: str) -> Route | None:
-        template = self._template(path)
-        return next((r for r in self.routes if r.template == template and r.method == method), None)
-
-    def allowed(self, path: str) -> list[str]:
-        """The methods the document defines for ``path`` (for a 405's ``Allow``)."""
-        template = self._template(path)
-        return sorted({r.method for r in self.routes if r.template == template})

@@ -1,7 +1,8 @@
 """The api's door keeper, an ASGI middleware in front of every route.
 
-For each request it finds the operation in the OpenAPI document (:class:`leasework.api.auth.Routes`)
-and answers, before any handler runs:
+For each request it finds the route in the api's table (:class:`leasework.api.routing.Router`
+over :data:`leasework.api.routes.ROUTES`: the operations the OpenAPI document describes) and
+answers, before any handler runs:
 
 * 405 with ``Allow`` when the path exists but not with that method;
 * 401 (``WWW-Authenticate: Bearer``) when an operation that needs a scope comes without a
@@ -16,7 +17,7 @@ and then reads the body itself, under the route's cap and the read timeout
 * 408 when the body has not arrived within the read timeout;
 * 503 with ``Retry-After`` when too many large bodies are in memory already.
 
-Public operations (``security: []``: health, readiness, metrics, the OpenAPI document) need no
+Public operations (scope None: health, readiness, metrics, the OpenAPI document) need no
 token, and neither do paths the document does not know (the app answers 404) nor the console
 under ``/ui``, which keeps its own session; their bodies are capped all the same (small, and a
 few KiB for the console's forms). The principal of an admitted request is put in the ASGI
@@ -32,10 +33,11 @@ from typing import Any
 import trio
 
 from leasework import metrics
-from leasework.api.auth import Authenticator, RateLimiter, Route, Routes
+from leasework.api.auth import Authenticator, RateLimiter
 from leasework.api.bodies import body_too_large
 from leasework.api.limits import LARGE_BODIES, LARGE_BODY_BYTES, BodyLimits
 from leasework.api.problems import Problem
+from leasework.api.routing import Route, Router
 from leasework.tokens import Principal
 
 PRINCIPAL_KEY = "leasework.principal"
@@ -57,15 +59,15 @@ def unauthorized(detail: str, error: str) -> tuple[Problem, dict[str, str]]:
     return Problem(401, "unauthorized", "Unauthorized", detail), {"WWW-Authenticate": challenge}
 
 
-def operation(routes: Routes, method: str, path: str) -> Route | None:
-    """The document's operation for a request (HEAD is GET's)."""
+def operation(routes: Router, method: str, path: str) -> Route | None:
+    """The route of a request (HEAD is GET's)."""
     return routes.match("GET" if method == "HEAD" else method, path)
 
 
 def refusal(
     method: str,
     path: str,
-    routes: Routes,
+    routes: Router,
     token: str | None,
     principal: Principal | None,
     route: Route | None = None,
@@ -153,7 +155,7 @@ class Guard:
     def __init__(
         self,
         app: Any,
-        routes: Routes,
+        routes: Router,
         auth: Authenticator,
         limiter: RateLimiter | None,
         limits: BodyLimits,
@@ -181,7 +183,7 @@ class Guard:
             return
         if self.limiter is not None and self.limiter.degraded:
             send = _with_header(send, b"ratelimit-status", b"unavailable")
-        cap = self.limits.for_request(route.template if route else None, method, path)
+        cap = self.limits.for_request(route.body if route else None, path)
         slot = _LargeBodySlot(self.large_bodies)
         try:
             try:

@@ -1,6 +1,7 @@
 """What one request may cost the api, decided before it is paid (pure).
 
-Every route has a body cap, named here by kind and sized from the settings: the guard refuses
+Every route has a body cap, named by kind in its entry of the route table
+(:data:`leasework.api.routes.ROUTES`) and sized here from the settings: the guard refuses
 a larger body with a 413 before any parser reads a byte (at once, from ``Content-Length``, or
 as soon as a streamed body passes the cap), and every body must arrive within
 ``LEASEWORK_BODY_READ_TIMEOUT`` (a 408 otherwise), on every route, the fast path included.
@@ -26,13 +27,6 @@ class BodyKind(StrEnum):
     FORM = "form"  # the console's forms: LEASEWORK_MAX_FORM_BYTES
     SMALL = "small"  # everything else: LEASEWORK_MAX_SMALL_BODY_BYTES
 
-
-# (path template, method) -> the body it takes; an operation missing here takes SMALL
-ROUTE_BODIES: dict[tuple[str, str], BodyKind] = {
-    ("/jobs", "post"): BodyKind.SUBMIT,
-    ("/jobs/batch", "post"): BodyKind.BATCH,
-    ("/alerts/webhook", "post"): BodyKind.WEBHOOK,
-}
 
 CONSOLE_PREFIX = "/ui"
 
@@ -70,10 +64,9 @@ class BodyLimits:
     def largest(self) -> int:
         return max(self.of(kind) for kind in BodyKind)
 
-    def for_request(self, template: str | None, method: str, path: str) -> int:
-        """The cap of a request to ``path``, matched to ``template`` (None: no operation)."""
+    def for_request(self, kind: BodyKind | None, path: str) -> int:
+        """The cap of a request to ``path``, whose route takes bodies of ``kind`` (None: no
+        route of the api's table: the console's form cap under ``/ui``, else the small one)."""
         if path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/"):
             return self.form
-        if template is None:
-            return self.small
-        return self.of(ROUTE_BODIES.get((template, method.lower()), BodyKind.SMALL))
+        return self.small if kind is None else self.of(kind)

@@ -1,6 +1,8 @@
-"""The OpenAPI 3.1 description served at ``/openapi.json``, built from the loaded app: every job
-type's payload JSON Schema (from its pydantic ``TypeAdapter``) is part of the submit schema,
-discriminated by ``type``, so a client can generate or check a request for each type."""
+"""The OpenAPI 3.1 description served at ``/openapi.json``, built from the route table
+(:data:`leasework.api.routes.ROUTES`: each route's operation, in the table's order, with its
+scope) and the loaded app: every job type's payload JSON Schema (from its pydantic
+``TypeAdapter``) is part of the submit schema, discriminated by ``type``, so a client can
+generate or check a request for each type."""
 
 from __future__ import annotations
 
@@ -8,34 +10,26 @@ from typing import Any
 
 import pydantic
 
-from leasework.api.openapi_operators import OPERATOR_SCHEMAS, operator_paths
-from leasework.api.openapi_parts import REF, nullable
-from leasework.api.openapi_parts import json_response as _json
-from leasework.api.openapi_parts import problem as _problem
-from leasework.api.openapi_parts import ref as _ref
-from leasework.api.scopes import OPERATION_SCOPES
+from leasework.api.limits import BodyKind
+from leasework.api.openapi_operators import OPERATOR_SCHEMAS
+from leasework.api.openapi_parts import (
+    IDEMPOTENCY_KEY,
+    NO_NUL,
+    NULLABLE_STRING,
+    REF,
+    TIME_SCHEMA,
+    TYPE_NAME,
+    nullable,
+    problem,
+    ref,
+)
+from leasework.api.routes import ROUTES
+from leasework.api.routing import Route
 from leasework.app import App, JobType
+from leasework.operations import API_BODY, BULK_RETRY_LIMIT
 from leasework.states import RETRYABLE, Status
-from leasework.submission import MAX_ATTEMPTS, MAX_BATCH, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
+from leasework.submission import MAX_ATTEMPTS, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
 
-_JOB_ID = {
-    "name": "job_id",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "format": "uuid"},
-}
-_NULLABLE_STRING = {"type": ["string", "null"]}
-
-# a time the api takes: RFC 3339, a real date, an offset under 16 hours (what Postgres keeps)
-TIME_SCHEMA = {
-    "type": "string",
-    "format": "date-time",
-    "pattern": r"^(?!0000)\d{4}-\d{2}-\d{2}[Tt]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
-    r"([Zz]|[+-](0\d|1[0-5]):[0-5]\d)$",
-    "description": "RFC 3339 with an offset (under 16 hours), e.g. 2026-01-02T03:04:05Z",
-}
-# the job store keeps no NUL character in any text (a key or a string)
-NO_NUL = "^[^\u0000]*$"
 STORABLE = {
     "description": "any JSON the job store can keep: no NUL character in a key or a string",
     "anyOf": [
@@ -81,7 +75,6 @@ SUBMIT_OPTIONS: dict[str, Any] = {
         {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_NUL}
     ),
 }
-IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_NUL}
 
 
 def _submit_schema(job_type: JobType, payload: dict, *, batch_item: bool) -> dict:
@@ -126,8 +119,8 @@ def openapi_document(app: App) -> dict:
         schemas[f"BatchItem.{job_type.name}"] = _submit_schema(
             job_type, payloads[job_type.name], batch_item=True
         )
-        single_refs.append(_ref(name))
-        batch_refs.append(_ref(f"BatchItem.{job_type.name}"))
+        single_refs.append(ref(name))
+        batch_refs.append(ref(f"BatchItem.{job_type.name}"))
     schemas["Submit"] = {"oneOf": single_refs} if single_refs else {"not": {}}
     schemas["BatchItem"] = {"oneOf": batch_refs} if batch_refs else {"not": {}}
     schemas.update(COMMON_SCHEMAS)
@@ -141,7 +134,7 @@ def openapi_document(app: App) -> dict:
             "description": f"Submit jobs of app {app.name}; workers run them under a fenced "
             "lease. Types: " + (", ".join(app.names) or "none"),
         },
-        "paths": secured(paths() | operator_paths()),
+        "paths": documented(ROUTES),
         "components": {
             "schemas": schemas,
             "securitySchemes": {
@@ -158,235 +151,52 @@ def openapi_document(app: App) -> dict:
     return document
 
 
-# Which scope each operation needs is leasework.api.scopes.OPERATION_SCOPES (None: public). Every
-# operation must be listed (an endpoint cannot be added unprotected: :func:`secured` raises,
-# and so does the api's route table).
-
 _REFUSALS = {
-    "401": _problem("No token, or a malformed, unknown or revoked one (`WWW-Authenticate`)"),
-    "403": _problem("The token lacks this operation's scope (`required_scope` names it)"),
+    "401": problem("No token, or a malformed, unknown or revoked one (`WWW-Authenticate`)"),
+    "403": problem("The token lacks this operation's scope (`required_scope` names it)"),
     "429": {
-        **_problem("The token's rate limit is spent"),
+        **problem("The token's rate limit is spent"),
         "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
     },
 }
 
 _BODY_REFUSALS = {
-    "408": _problem("The body did not arrive within the read timeout"),
-    "413": _problem("The body is over this endpoint's cap (`limit_bytes` says it)"),
+    "408": problem("The body did not arrive within the read timeout"),
+    "413": problem("The body is over this endpoint's cap (`limit_bytes` says it)"),
 }
-_BUSY = _problem("Too many large bodies are being read at once; retry (`Retry-After`)")
-LARGE_BODY_ROUTES = {("/jobs/batch", "post")}
+_BUSY = problem("Too many large bodies are being read at once; retry (`Retry-After`)")
+# the bodies whose cap (at the default settings) lets one hold a slot for large bodies
+LARGE_BODIES = {BodyKind.BATCH}
 
 
-def secured(document_paths: dict) -> dict:
-    """Each operation with its ``x-leasework-scope``, its ``security`` (``[]`` when public)
-    and the guard's 401, 403 and 429 answers."""
-    for template, operations in document_paths.items():
-        for method, operation in operations.items():
-            if (template, method) not in OPERATION_SCOPES:
-                raise KeyError(f"{method.upper()} {template} has no entry in OPERATION_SCOPES")
-            scope = OPERATION_SCOPES[(template, method)]
-            if scope is None:
-                operation["security"] = []
-            else:
-                operation["x-leasework-scope"] = scope
-                operation["description"] = (
-                    operation.get("description", "") + f" Needs scope `{scope}` (or admin)."
-                ).strip()
-                operation["responses"] = {**operation["responses"], **_REFUSALS}
-            # the guard's bounds on every request's body (leasework.api.limits)
-            operation["responses"] = {**_BODY_REFUSALS, **operation["responses"]}
-            if (template, method) in LARGE_BODY_ROUTES:
-                operation["responses"].setdefault("503", _BUSY)
+def documented(routes: tuple[Route, ...]) -> dict:
+    """The document's ``paths``: the operation of every route that has one, in the table's
+    order, each secured (:func:`secured`)."""
+    document_paths: dict[str, dict] = {}
+    for route in routes:
+        if route.doc is not None:
+            document_paths.setdefault(route.path, {})[route.method.lower()] = secured(
+                route, route.doc()
+            )
     return document_paths
 
 
-def paths() -> dict:
-    return {
-        "/jobs": {
-            "post": {
-                "summary": "Submit a job",
-                "parameters": [
-                    {
-                        "name": "Idempotency-Key",
-                        "in": "header",
-                        "required": False,
-                        "schema": IDEMPOTENCY_KEY,
-                    }
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("Submit")}},
-                },
-                "responses": {
-                    "202": _json(_ref("Accepted"), "Accepted (or replayed under the same key)"),
-                    "400": _problem("Malformed JSON"),
-                    "409": _problem("Idempotency-Key reused with a different body"),
-                    "413": _problem("Body too large"),
-                    "415": _problem("Not application/json"),
-                    "422": _problem("Invalid fields; `errors` names each"),
-                    "503": _problem("Database unavailable; retry with the same key"),
-                },
-            },
-            "get": {
-                "summary": "List jobs, newest first",
-                "parameters": [
-                    {
-                        "name": "status",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": [s.value for s in Status]},
-                    },
-                    {
-                        "name": "type",
-                        "in": "query",
-                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"},
-                    },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 200},
-                    },
-                    {
-                        "name": "cursor",
-                        "in": "query",
-                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,400}$"},
-                        "description": "opaque: a previous page's next_cursor, unchanged; "
-                        "any other value is a 400",
-                    },
-                ],
-                "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "properties": {
-                                "jobs": {"type": "array", "items": _ref("Job")},
-                                "next_cursor": _NULLABLE_STRING,
-                            },
-                        },
-                        "A page of jobs",
-                    ),
-                    "400": _problem("Bad cursor"),
-                    "422": _problem("Invalid filter"),
-                },
-            },
-        },
-        "/jobs/batch": {
-            "post": {
-                "summary": f"Submit up to {MAX_BATCH} jobs in one transaction, all or nothing",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["jobs"],
-                                "additionalProperties": False,
-                                "properties": {
-                                    "jobs": {
-                                        "type": "array",
-                                        "minItems": 1,
-                                        "maxItems": MAX_BATCH,
-                                        "items": _ref("BatchItem"),
-                                    }
-                                },
-                            }
-                        }
-                    },
-                },
-                "responses": {
-                    "202": _json(
-                        {
-                            "type": "object",
-                            "properties": {"jobs": {"type": "array", "items": _ref("Accepted")}},
-                        },
-                        "Every job accepted, in request order",
-                    ),
-                    "400": _problem("Malformed JSON"),
-                    "409": _problem("An item's idempotency key was used for another request"),
-                    "413": _problem("Body too large"),
-                    "415": _problem("Not application/json"),
-                    "422": _problem("Invalid items; `errors` names each by index"),
-                    "503": _problem("Database unavailable; nothing was written"),
-                },
-            }
-        },
-        "/jobs/retry": {
-            "post": {
-                "summary": "Retry dead or cancelled jobs matching a filter",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("RetryFilter")}},
-                },
-                "responses": {
-                    "200": _json(
-                        {"type": "object", "properties": {"retried": {"type": "integer"}}},
-                        "How many jobs were put back in the queue",
-                    ),
-                    "400": _problem("Malformed JSON"),
-                    "415": _problem("Not application/json"),
-                    "422": _problem("Invalid filter"),
-                },
-            }
-        },
-        "/jobs/{job_id}": {
-            "get": {
-                "summary": "Get a job",
-                "parameters": [_JOB_ID],
-                "responses": {
-                    "200": _json(_ref("Job"), "The job"),
-                    "404": _problem("No such job"),
-                },
-            }
-        },
-        "/jobs/{job_id}/cancel": {
-            "post": {
-                "summary": "Cancel a job",
-                "parameters": [_JOB_ID],
-                "responses": {
-                    "200": _json(_ref("Job"), "Cancelled (it was waiting)"),
-                    "202": _json(_ref("Job"), "Cancel requested from the running worker"),
-                    "404": _problem("No such job"),
-                    "409": _problem("Already finished"),
-                },
-            }
-        },
-        "/jobs/{job_id}/retry": {
-            "post": {
-                "summary": "Retry a dead or cancelled job with a fresh attempt budget",
-                "parameters": [_JOB_ID],
-                "responses": {
-                    "200": _json(_ref("Job"), "Queued again"),
-                    "404": _problem("No such job"),
-                    "409": _problem("Not dead or cancelled"),
-                },
-            }
-        },
-        "/job-types": {
-            "get": {
-                "summary": "The job types of the loaded app, with payload schemas and policy",
-                "responses": {"200": {"description": "the types"}},
-            }
-        },
-        "/healthz": {
-            "get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}
-        },
-        "/readyz": {
-            "get": {
-                "summary": "Readiness",
-                "responses": {
-                    "200": {"description": "ready"},
-                    "503": {"description": "names the unreachable dependency"},
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics",
-                "responses": {"200": {"description": "text format"}},
-            }
-        },
-    }
+def secured(route: Route, operation: dict) -> dict:
+    """``operation`` with its route's ``x-leasework-scope``, its ``security`` (``[]`` when
+    public) and the guard's 401, 403 and 429 answers, and the guard's bounds on every
+    request's body (:mod:`leasework.api.limits`)."""
+    if route.scope is None:
+        operation["security"] = []
+    else:
+        operation["x-leasework-scope"] = route.scope
+        operation["description"] = (
+            operation.get("description", "") + f" Needs scope `{route.scope}` (or admin)."
+        ).strip()
+        operation["responses"] = {**operation["responses"], **_REFUSALS}
+    operation["responses"] = {**_BODY_REFUSALS, **operation["responses"]}
+    if route.body in LARGE_BODIES:
+        operation["responses"].setdefault("503", _BUSY)
+    return operation
 
 
 COMMON_SCHEMAS: dict[str, Any] = {
@@ -401,7 +211,7 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "created_at": {"type": "string", "format": "date-time"},
             "max_attempts": {"type": "integer"},
             "timeout_seconds": {"type": "integer"},
-            "ordering_key": _NULLABLE_STRING,
+            "ordering_key": NULLABLE_STRING,
             "replay": {"type": "boolean"},
         },
     },
@@ -415,16 +225,16 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "attempt": {"type": "integer"},
             "max_attempts": {"type": "integer"},
             "timeout_seconds": {"type": "integer"},
-            "ordering_key": _NULLABLE_STRING,
-            "last_error": _NULLABLE_STRING,
+            "ordering_key": NULLABLE_STRING,
+            "last_error": NULLABLE_STRING,
             "cancel_requested": {"type": "boolean"},
             "result": {"description": "the handler's return value, once succeeded"},
             "deferrals": {"type": "integer"},
             "run_at": {"type": "string"},
             "created_at": {"type": "string"},
             "updated_at": {"type": "string"},
-            "started_at": _NULLABLE_STRING,
-            "finished_at": _NULLABLE_STRING,
+            "started_at": NULLABLE_STRING,
+            "finished_at": NULLABLE_STRING,
         },
     },
     "RetryFilter": {
@@ -432,10 +242,17 @@ COMMON_SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "status": nullable({"type": "string", "enum": sorted(RETRYABLE), "default": "dead"}),
-            "type": nullable({"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,100}$"}),
+            "type": nullable(TYPE_NAME),
             "finished_after": nullable(TIME_SCHEMA),
             "finished_before": nullable(TIME_SCHEMA),
-            "limit": nullable({"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000}),
+            "limit": nullable(
+                {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": BULK_RETRY_LIMIT,
+                    "default": API_BODY.default_limit,
+                }
+            ),
         },
     },
     "Problem": {

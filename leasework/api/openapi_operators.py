@@ -1,138 +1,147 @@
-"""The OpenAPI paths and schemas of the operators' endpoints (:mod:`leasework.api.operators`):
-tokens, the audit log, workers, Alertmanager's webhook."""
+"""The OpenAPI operations and schemas of the operators' endpoints
+(:mod:`leasework.api.operators`): tokens, the audit log, workers, Alertmanager's webhook. Each
+operation is one function, named beside its handler in the route table
+(:data:`leasework.api.routes.ROUTES`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from leasework.api.openapi_parts import json_response as _json
-from leasework.api.openapi_parts import nullable
-from leasework.api.openapi_parts import problem as _problem
-from leasework.api.openapi_parts import ref as _ref
+from leasework.api.openapi_parts import json_response, nullable, problem, ref
 from leasework.tokens import SCOPES, TOKEN_NAME_PATTERN
 
+TOKEN = ref("Token")
 
-def operator_paths() -> dict:
-    _token = _ref("Token")
+
+def list_tokens() -> dict:
+    """GET ``/tokens``."""
     return {
-        "/tokens": {
-            "get": {
-                "summary": "List API tokens (never their secrets)",
-                "parameters": [
-                    {
-                        "name": "revoked",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": ["true", "false"]},
-                        "description": "true: include revoked tokens",
-                    }
-                ],
-                "responses": {
-                    "200": _json(
+        "summary": "List API tokens (never their secrets)",
+        "parameters": [
+            {
+                "name": "revoked",
+                "in": "query",
+                "schema": {"type": "string", "enum": ["true", "false"]},
+                "description": "true: include revoked tokens",
+            }
+        ],
+        "responses": {
+            "200": json_response(
+                {
+                    "type": "object",
+                    "required": ["tokens"],
+                    "properties": {"tokens": {"type": "array", "items": TOKEN}},
+                },
+                "The tokens",
+            ),
+            "422": problem("revoked is not true or false"),
+        },
+    }
+
+
+def create_token() -> dict:
+    """POST ``/tokens``."""
+    return {
+        "summary": "Create a token; its secret is in this answer only",
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ref("TokenRequest")}},
+        },
+        "responses": {
+            "201": json_response(
+                {
+                    "allOf": [
+                        TOKEN,
                         {
                             "type": "object",
-                            "required": ["tokens"],
-                            "properties": {"tokens": {"type": "array", "items": _token}},
+                            "required": ["token"],
+                            "properties": {"token": {"type": "string"}},
                         },
-                        "The tokens",
-                    ),
-                    "422": _problem("revoked is not true or false"),
+                    ]
                 },
-            },
-            "post": {
-                "summary": "Create a token; its secret is in this answer only",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("TokenRequest")}},
-                },
-                "responses": {
-                    "201": _json(
-                        {
-                            "allOf": [
-                                _token,
-                                {
-                                    "type": "object",
-                                    "required": ["token"],
-                                    "properties": {"token": {"type": "string"}},
-                                },
-                            ]
-                        },
-                        "Created; `token` is shown once",
-                    ),
-                    "400": _problem("Malformed JSON"),
-                    "409": _problem("A live token has that name"),
-                    "413": _problem("Body too large"),
-                    "415": _problem("Not application/json"),
-                    "422": _problem("Invalid fields"),
-                },
-            },
+                "Created; `token` is shown once",
+            ),
+            "400": problem("Malformed JSON"),
+            "409": problem("A live token has that name"),
+            "413": problem("Body too large"),
+            "415": problem("Not application/json"),
+            "422": problem("Invalid fields"),
         },
-        "/tokens/{name}": {
-            "delete": {
-                "summary": "Revoke a token by name or id; within a second it stops working",
-                "parameters": [
-                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {
-                    "200": _json(_token, "Revoked"),
-                    "404": _problem("No live token of that name or id"),
-                },
-            }
+    }
+
+
+def revoke_token() -> dict:
+    """DELETE ``/tokens/{name}``."""
+    return {
+        "summary": "Revoke a token by name or id; within a second it stops working",
+        "parameters": [
+            {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+        ],
+        "responses": {
+            "200": json_response(TOKEN, "Revoked"),
+            "404": problem("No live token of that name or id"),
         },
-        "/audit": {
-            "get": {
-                "summary": "The audit log: who did what, when, newest first",
-                "parameters": [
-                    {"name": "target", "in": "query", "schema": {"type": "string"}},
-                ],
-                "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["entries"],
-                            "properties": {"entries": {"type": "array", "items": _ref("Audit")}},
-                        },
-                        "The latest 200 entries",
-                    )
+    }
+
+
+def audit() -> dict:
+    """GET ``/audit``."""
+    return {
+        "summary": "The audit log: who did what, when, newest first",
+        "parameters": [
+            {"name": "target", "in": "query", "schema": {"type": "string"}},
+        ],
+        "responses": {
+            "200": json_response(
+                {
+                    "type": "object",
+                    "required": ["entries"],
+                    "properties": {"entries": {"type": "array", "items": ref("Audit")}},
                 },
-            }
+                "The latest 200 entries",
+            )
         },
-        "/workers": {
-            "get": {
-                "summary": "Workers seen in the last five minutes",
-                "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["workers"],
-                            "properties": {"workers": {"type": "array", "items": _ref("Worker")}},
-                        },
-                        "The workers",
-                    )
+    }
+
+
+def workers() -> dict:
+    """GET ``/workers``."""
+    return {
+        "summary": "Workers seen in the last five minutes",
+        "responses": {
+            "200": json_response(
+                {
+                    "type": "object",
+                    "required": ["workers"],
+                    "properties": {"workers": {"type": "array", "items": ref("Worker")}},
                 },
-            }
+                "The workers",
+            )
         },
-        "/alerts/webhook": {
-            "post": {
-                "summary": "Alertmanager's webhook receiver: records each alert it delivers",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("AlertmanagerNotification")}},
+    }
+
+
+def alert_webhook() -> dict:
+    """POST ``/alerts/webhook``."""
+    return {
+        "summary": "Alertmanager's webhook receiver: records each alert it delivers",
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ref("AlertmanagerNotification")}},
+        },
+        "responses": {
+            "200": json_response(
+                {
+                    "type": "object",
+                    "required": ["recorded"],
+                    "properties": {"recorded": {"type": "integer", "minimum": 0}},
                 },
-                "responses": {
-                    "200": _json(
-                        {
-                            "type": "object",
-                            "required": ["recorded"],
-                            "properties": {"recorded": {"type": "integer", "minimum": 0}},
-                        },
-                        "Recorded",
-                    ),
-                    "400": _problem("Malformed JSON"),
-                    "413": _problem("Body too large"),
-                    "415": _problem("Not application/json"),
-                    "422": _problem("Not an Alertmanager notification"),
-                },
-            }
+                "Recorded",
+            ),
+            "400": problem("Malformed JSON"),
+            "413": problem("Body too large"),
+            "415": problem("Not application/json"),
+            "422": problem("Not an Alertmanager notification"),
         },
     }
 

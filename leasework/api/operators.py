@@ -1,8 +1,8 @@
 """The operators' endpoints of the api: tokens (admin), the audit log, live workers, and the
 webhook Alertmanager delivers notifications to (scope ``alerts``).
 
-Each operation's scope is in the OpenAPI document (:mod:`leasework.api.openapi`); the guard
-(:mod:`leasework.api.guard`) has checked it before a handler here runs.
+Each handler's scope is in its entry of the route table (:data:`leasework.api.routes.ROUTES`);
+the guard (:mod:`leasework.api.guard`) has checked it before a handler here runs.
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from typing import Any
 
 import psycopg
 from quart import request
-from quart_trio import QuartTrio
 
 from leasework.api.bodies import invalid, json_body
-from leasework.api.guard import principal_of
-from leasework.api.limits import BodyLimits
+from leasework.api.context import ApiContext, caller
 from leasework.api.problems import Problem
-from leasework.db import Database
 from leasework.errors import FieldError
 from leasework.jsonlimits import storable_errors, whole_numbers
 from leasework.store import operators
@@ -27,12 +24,6 @@ from leasework.tokens import TOKEN_NAME_PATTERN, TokenError, parse_scopes
 
 UNSET_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 MAX_ALERTS = 1_000  # alerts in one notification (Alertmanager sends a group's)
-
-
-def actor() -> str:
-    """The token name the request came with (the audit log's "who")."""
-    principal = principal_of(request.scope)
-    return principal.name if principal is not None else "anonymous"
 
 
 def token_view(row: operators.TokenRow) -> dict[str, Any]:
@@ -153,88 +144,95 @@ def _alert_errors(where: str, alert: Any) -> list[FieldError]:
     return errors
 
 
-def add_operator_routes(app: QuartTrio, db: Database, limits: BodyLimits) -> None:
-    @app.get("/tokens")
-    async def list_tokens():
-        revoked = request.args.getlist("revoked")
-        if any(v not in ("true", "false") for v in revoked) or len(revoked) > 1:
-            raise invalid([FieldError("revoked", "must be true or false, given once")])
-        include = revoked == ["true"]
-        rows = await db.run(lambda conn: operators.tokens_list(conn, include_revoked=include))
-        return {"tokens": [token_view(r) for r in rows]}
+# ---------------------------------------------------------------- the handlers
 
-    @app.post("/tokens")
-    async def create_token():
-        name, scopes, rate, burst = await json_body(limits.small, token_request)
-        who = actor()
 
-        def create(conn: psycopg.Connection) -> tuple[str, operators.TokenRow]:
-            return operators.token_create(
-                conn, name=name, scopes=scopes, rate=rate, burst=burst, created_by=who
-            )
+async def list_tokens(ctx: ApiContext) -> dict[str, Any]:
+    """``GET /tokens``: live tokens (``?revoked=true``: revoked ones too)."""
+    revoked = request.args.getlist("revoked")
+    if any(v not in ("true", "false") for v in revoked) or len(revoked) > 1:
+        raise invalid([FieldError("revoked", "must be true or false, given once")])
+    include = revoked == ["true"]
+    rows = await ctx.db.run(lambda conn: operators.tokens_list(conn, include_revoked=include))
+    return {"tokens": [token_view(r) for r in rows]}
 
-        try:
-            token, row = await db.run(create)
-        except psycopg.errors.UniqueViolation as exc:
-            raise Problem(
-                409,
-                "token-name-taken",
-                "Token name taken",
-                f"a live token is named {name!r}; revoke it first or choose another name",
-            ) from exc
-        return {**token_view(row), "token": token}, 201
 
-    @app.delete("/tokens/<name>")
-    async def revoke_token(name: str):
-        who = actor()
+async def create_token(ctx: ApiContext) -> tuple[dict[str, Any], int]:
+    """``POST /tokens``: its secret is in this answer only."""
+    name, scopes, rate, burst = await json_body(ctx.limits.small, token_request)
+    who = caller().name
 
-        def revoke(conn: psycopg.Connection) -> operators.TokenRow | None:
-            row = operators.token_revoke(conn, name)
-            if row is not None:
-                operators.audit_add(conn, who, "token-revoke", row.name)
-            return row
+    def create(conn: psycopg.Connection) -> tuple[str, operators.TokenRow]:
+        return operators.token_create(
+            conn, name=name, scopes=scopes, rate=rate, burst=burst, created_by=who
+        )
 
-        row = await db.run(revoke)
-        if row is None:
-            raise Problem(404, "no-such-token", "No such token", f"no live token {name!r}")
-        return token_view(row)
+    try:
+        token, row = await ctx.db.run(create)
+    except psycopg.errors.UniqueViolation as exc:
+        raise Problem(
+            409,
+            "token-name-taken",
+            "Token name taken",
+            f"a live token is named {name!r}; revoke it first or choose another name",
+        ) from exc
+    return {**token_view(row), "token": token}, 201
 
-    @app.get("/audit")
-    async def audit():
-        target = request.args.get("target")
-        rows = await db.run(lambda conn: operators.audit_list(conn, target=target, limit=200))
-        return {
-            "entries": [
-                {
-                    "at": e.at.isoformat(),
-                    "actor": e.actor,
-                    "action": e.action,
-                    "target": e.target,
-                    "detail": e.detail,
-                }
-                for e in rows
-            ]
-        }
 
-    @app.get("/workers")
-    async def workers():
-        rows = await db.run(operators.workers_list)
-        return {
-            "workers": [
-                {
-                    "name": w.name,
-                    "app": w.app,
-                    "started_at": w.started_at.isoformat(),
-                    "last_seen": w.last_seen.isoformat(),
-                    "running": w.running,
-                    "capacity": w.capacity,
-                }
-                for w in rows
-            ]
-        }
+async def revoke_token(ctx: ApiContext, name: str) -> dict[str, Any]:
+    """``DELETE /tokens/{name}``: by name or id; within a second it stops working."""
+    who = caller().name
 
-    @app.post("/alerts/webhook")
-    async def alert_webhook():
-        receiver, records = await json_body(limits.webhook, notification_alerts)
-        count = await db.run(lambda conn: operators.alerts_record(conn, records, receiver))
-        return {"recorded": count}, 200
+    def revoke(conn: psycopg.Connection) -> operators.TokenRow | None:
+        row = operators.token_revoke(conn, name)
+        if row is not None:
+            operators.audit_add(conn, who, "token-revoke", row.name)
+        return row
+
+    row = await ctx.db.run(revoke)
+    if row is None:
+        raise Problem(404, "no-such-token", "No such token", f"no live token {name!r}")
+    return token_view(row)
+
+
+async def audit(ctx: ApiContext) -> dict[str, Any]:
+    """``GET /audit``: the latest 200 entries (``?target=``: of one job or token)."""
+    target = request.args.get("target")
+    rows = await ctx.db.run(lambda conn: operators.audit_list(conn, target=target, limit=200))
+    return {
+        "entries": [
+            {
+                "at": e.at.isoformat(),
+                "actor": e.actor,
+                "action": e.action,
+                "target": e.target,
+                "detail": e.detail,
+            }
+            for e in rows
+        ]
+    }
+
+
+async def workers(ctx: ApiContext) -> dict[str, Any]:
+    """``GET /workers``: those seen in the last five minutes."""
+    rows = await ctx.db.run(operators.workers_list)
+    return {
+        "workers": [
+            {
+                "name": w.name,
+                "app": w.app,
+                "started_at": w.started_at.isoformat(),
+                "last_seen": w.last_seen.isoformat(),
+                "running": w.running,
+                "capacity": w.capacity,
+            }
+            for w in rows
+        ]
+    }
+
+
+async def alert_webhook(ctx: ApiContext) -> tuple[dict[str, int], int]:
+    """``POST /alerts/webhook``: Alertmanager's notifications, one row per alert."""
+    receiver, records = await json_body(ctx.limits.webhook, notification_alerts)
+    count = await ctx.db.run(lambda conn: operators.alerts_record(conn, records, receiver))
+    return {"recorded": count}, 200

@@ -1,7 +1,8 @@
-"""One scope table for every door (leasework.api.scopes): every API operation and every console
-page or action, asked with a token of each scope, is refused (403) exactly when the table says
-the token lacks the scope, and served otherwise. The console's routes are read from the app
-itself, so a page added without an entry in the table fails here."""
+"""One scope for every door: every API operation (the route table, leasework.api.routes) and
+every console page or action (its table, whose twins take their API operation's scope), asked
+with a token of each scope, is refused (403) exactly when the tables say the token lacks the
+scope, and served otherwise. The console's routes are read from the app itself, so a page
+served without an entry in its table fails here."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from quart_trio import QuartTrio
 
 from leasework.api.console import add_console_routes
-from leasework.api.scopes import OPERATION_SCOPES, console_scope
+from leasework.api.console.routes import console_scope
+from leasework.api.routes import OPERATION_SCOPES
 from leasework.config import Settings
 from leasework.tokens import Principal
 from tests.integration.conftest import API_URL

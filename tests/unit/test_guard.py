@@ -1,25 +1,16 @@
-"""The guard's decisions (pure) and the route table: every route the api serves is an
-operation of the OpenAPI document, so the guard knows the scope it needs."""
+"""The guard's decisions (pure), on the api's route table (the invariants of the table itself
+are in test_routes.py)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from leasework import demo
-from leasework.api.auth import Authenticator, Routes
-from leasework.api.groupcommit import GroupCommit
 from leasework.api.guard import bearer_token, refusal
-from leasework.api.openapi import openapi_document
-from leasework.api.scopes import OPERATION_SCOPES
-from leasework.api.server import create_app
-from leasework.config import load
-from leasework.db import Database
-from leasework.health import Health
+from leasework.api.routes import ROUTES as TABLE
+from leasework.api.routing import Router
 from leasework.tokens import Principal
 
-ROUTES = Routes(openapi_document(demo.app))
+ROUTES = Router(TABLE)
 
 
 def principal(*scopes: str) -> Principal:
@@ -67,29 +58,3 @@ def test_bearer_token():
     assert bearer_token([(b"Authorization", b"bearer abc")]) == "abc"
     assert bearer_token([(b"authorization", b"Basic abc")]) == ""
     assert bearer_token([(b"x", b"y")]) is None
-
-
-def test_an_operation_without_a_scope_cannot_be_served():
-    with pytest.raises(ValueError, match="names no x-leasework-scope"):
-        Routes({"paths": {"/new": {"get": {"responses": {}}}}})
-
-
-def test_every_route_the_api_serves_is_in_the_document():
-    settings = load("api", {"LEASEWORK_APP": "leasework.demo:app"})
-    db = Database("postgresql://unused@127.0.0.1:1/none", name="test")
-    guard = create_app(
-        settings, db, Health(), demo.app, GroupCommit(db, "t"), auth=Authenticator(db)
-    )
-    quart = guard.app.app
-    served = set()
-    for rule in quart.url_map.iter_rules():
-        if rule.rule.startswith(("/ui", "/static", "/<path:")):
-            continue  # the console keeps its own session; the catch-all answers 404
-        template = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)
-        for method in rule.methods - {"HEAD", "OPTIONS"}:
-            served.add((template, method.lower()))
-    served.add(("/jobs", "post"))  # the ASGI fast path
-    assert served == set(OPERATION_SCOPES)
-    # no static folder served by accident: the console's stylesheet is the only file
-    files = {rule.rule for rule in quart.url_map.iter_rules() if rule.endpoint.endswith("static")}
-    assert files == {"/ui/static/<path:filename>"}, files

@@ -10,11 +10,10 @@ import json
 import pytest
 import trio
 
-from leasework import demo
-from leasework.api.auth import Routes
 from leasework.api.guard import Guard
 from leasework.api.limits import LARGE_BODIES, LARGE_BODY_BYTES, BodyLimits
-from leasework.api.openapi import openapi_document
+from leasework.api.routes import ROUTES
+from leasework.api.routing import Router
 
 LIMITS = BodyLimits(
     submit=1000, batch=4 * LARGE_BODY_BYTES, webhook=500, form=100, small=50, read_timeout=5.0
@@ -43,8 +42,7 @@ class Auth:
 
 def guard() -> tuple[Guard, App]:
     app = App()
-    routes = Routes(openapi_document(demo.app))
-    return Guard(app, routes, Auth(), None, LIMITS), app  # type: ignore[arg-type]
+    return Guard(app, Router(ROUTES), Auth(), None, LIMITS), app  # type: ignore[arg-type]
 
 
 def request(method: str, path: str, length: int | None) -> dict:

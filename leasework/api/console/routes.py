@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import time
+import types
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -43,7 +44,8 @@ from leasework.api.console.session import (
     same_origin,
 )
 from leasework.api.guard import rate_limited
-from leasework.api.scopes import JOB_AUDIT_SCOPE, console_scope
+from leasework.api.routes import scope_of
+from leasework.api.routing import Route, quart_rule
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.states import RETRYABLE, TERMINAL, Status
@@ -53,8 +55,10 @@ from leasework.store.jobs import TIME_FIELDS
 
 log = logging.getLogger("leasework.api.console")
 
-VIEW_SCOPE = "read"  # the least a session needs (leasework.api.scopes has each page's)
-ACTION_SCOPE = console_scope("cancel")  # cancel, retry and bulk retry
+VIEW_SCOPE = "read"  # the least a session needs (CONSOLE_ROUTES has each page's)
+ACTION_SCOPE = scope_of("POST", "/jobs/{job_id}/cancel")  # cancel, retry and bulk retry
+# what a job's page shows of the audit log (its operator actions) needs the audit's scope
+JOB_AUDIT_SCOPE = scope_of("GET", "/audit")
 SHOWN_BYTES = 65_536  # of a payload or result on the job's page
 RUNNING_SHOWN = 2_000  # running jobs on the workers page
 WORKER_STALE = 15.0  # seconds without a heartbeat before a worker is shown as stale
@@ -167,8 +171,8 @@ class Console:
 
     async def authenticate(self) -> Response | None:
         """Before every console request but the login page and the stylesheet: a live
-        session whose token has the endpoint's scope (:func:`leasework.api.scopes.console_scope`,
-        the same as its API twin's), within the token's rate limit."""
+        session whose token has the endpoint's scope (:func:`console_scope`, the same as its
+        API twin's), within the token's rate limit."""
         endpoint = (request.endpoint or "console.not_found").removeprefix("console.")
         needs = console_scope(endpoint)
         if needs is None:
@@ -563,22 +567,10 @@ class Console:
         bp.register_error_handler(ConsoleError, self.on_console_error)
         bp.register_error_handler(psycopg.OperationalError, self.on_database_error)
         bp.register_error_handler(psycopg.InterfaceError, self.on_database_error)
-        routes: list[tuple[str, str, Callable[..., Any], list[str]]] = [
-            ("/", "overview", self.overview, ["GET"]),
-            ("/login", "login", self.login, ["GET", "POST"]),
-            ("/logout", "logout", self.logout, ["POST"]),
-            ("/jobs", "jobs", self.jobs, ["GET"]),
-            ("/jobs/retry", "retry_many", self.retry_many, ["GET", "POST"]),
-            ("/jobs/<job_id>", "job", self.job, ["GET"]),
-            ("/jobs/<job_id>/cancel", "cancel", self.cancel, ["GET", "POST"]),
-            ("/jobs/<job_id>/retry", "retry", self.retry, ["GET", "POST"]),
-            ("/workers", "workers", self.workers, ["GET"]),
-            ("/audit", "audit", self.audit, ["GET"]),
-            ("/alerts", "alerts", self.alerts, ["GET"]),
-            ("/<path:rest>", "not_found", self.not_found, ["GET", "POST"]),
-        ]
-        for rule, endpoint, view, methods in routes:
-            bp.add_url_rule(rule, endpoint, view, methods=methods, strict_slashes=False)
+        for route in CONSOLE_ROUTES:
+            view = types.MethodType(route.handler, self)
+            rule = quart_rule(route.path)
+            bp.add_url_rule(rule, route.name, view, methods=[route.method], strict_slashes=False)
         return bp
 
 
@@ -609,3 +601,61 @@ def add_console_routes(
 ) -> None:
     """Mount the console at ``/ui`` (see the module docstring)."""
     app.register_blueprint(Console(db, auth, settings, limiter).blueprint())
+
+
+# ---------------------------------------------------------------- the route table
+
+
+def twin(method: str, path: str) -> str | None:
+    """The scope of the API operation that shows or changes the same data as a console page
+    (its twin), so the two doors cannot drift apart: the audit log is ``admin`` in both."""
+    return scope_of(method, path)
+
+
+# every page and action of the console, under /ui; a handler is a method of Console
+CONSOLE_ROUTES: tuple[Route, ...] = (
+    # counts by type and status, workers, the latest notifications: no API twin
+    Route("GET", "/", Console.overview, VIEW_SCOPE, "overview"),
+    Route("GET", "/login", Console.login, None, "login"),
+    Route("POST", "/login", Console.login, None, "login"),
+    Route("POST", "/logout", Console.logout, VIEW_SCOPE, "logout"),
+    Route("GET", "/jobs", Console.jobs, twin("GET", "/jobs"), "jobs"),
+    Route("GET", "/jobs/retry", Console.retry_many, twin("POST", "/jobs/retry"), "retry_many"),
+    Route("POST", "/jobs/retry", Console.retry_many, twin("POST", "/jobs/retry"), "retry_many"),
+    Route("GET", "/jobs/{job_id}", Console.job, twin("GET", "/jobs/{job_id}"), "job"),
+    Route("GET", "/jobs/{job_id}/cancel", Console.cancel,
+          twin("POST", "/jobs/{job_id}/cancel"), "cancel"),
+    Route("POST", "/jobs/{job_id}/cancel", Console.cancel,
+          twin("POST", "/jobs/{job_id}/cancel"), "cancel"),
+    Route("GET", "/jobs/{job_id}/retry", Console.retry,
+          twin("POST", "/jobs/{job_id}/retry"), "retry"),
+    Route("POST", "/jobs/{job_id}/retry", Console.retry,
+          twin("POST", "/jobs/{job_id}/retry"), "retry"),
+    Route("GET", "/workers", Console.workers, twin("GET", "/workers"), "workers"),
+    Route("GET", "/audit", Console.audit, twin("GET", "/audit"), "audit"),
+    # Alertmanager's notifications (the overview shows the latest too): no API twin
+    Route("GET", "/alerts", Console.alerts, VIEW_SCOPE, "alerts"),
+    Route("GET", "/{rest:path}", Console.not_found, VIEW_SCOPE, "not_found"),
+    Route("POST", "/{rest:path}", Console.not_found, VIEW_SCOPE, "not_found"),
+)  # fmt: skip
+
+# the console's stylesheet, served by the blueprint itself (no route of the table): public
+STATIC_ENDPOINT = "static"
+
+
+def _scopes(routes: tuple[Route, ...]) -> dict[str, str | None]:
+    """Endpoint -> scope; a ValueError when an endpoint's methods would need two."""
+    scopes: dict[str, str | None] = {STATIC_ENDPOINT: None}
+    for route in routes:
+        if scopes.setdefault(route.name, route.scope) != route.scope:
+            raise ValueError(f"console endpoint {route.name} has two scopes")
+    return scopes
+
+
+_SCOPES = _scopes(CONSOLE_ROUTES)
+
+
+def console_scope(endpoint: str) -> str | None:
+    """The scope a console endpoint (``jobs``, ``audit``, …) needs; KeyError for one the
+    table does not know, so a new page cannot be served without an entry."""
+    return _SCOPES[endpoint]
