@@ -1,14 +1,20 @@
-"""The producer: from a batch of Kafka messages to the jobs this worker may run now.
+"""The claim stage: from a batch of messages to the jobs this worker may run now.
 
-One batch costs three round trips whatever its size: the job rows in one query, the leases
-in one Redis script (a fence per job), the ``running`` stamps in one statement (each row
-still conditioned on ``queued`` and a fence above the stored one). Messages for jobs that are
-not ``queued`` are skipped (finished, cancelled, running elsewhere, not due: every move back
-to ``queued`` writes a new outbox row, so a skipped message never strands a job); jobs of a
-type this worker's app does not define are deferred (a rolling deploy). What cannot be
-decided now (another worker holds the lease, Redis handed out a stale fence, a dependency is
-unreachable) is handed back as ``retry``: the worker tries those again, one by one, with
-backoff. :meth:`Producer.claim` is the run_once a test drives without Kafka.
+A batch from the consume stage is sorted first (:func:`split`): an undecodable message and a
+second message for a job already in the batch are settled at once (counted, their offsets
+marked finished), so the same job twice in one batch runs once. The rest is claimed by the
+:class:`Claimer` in three round trips whatever its size: the job rows in one query, the
+leases in one Redis script (a fence per job), the ``running`` stamps in one statement (each
+row still conditioned on ``queued`` and a fence above the stored one). Messages for jobs
+that are not ``queued`` are skipped (finished, cancelled, running elsewhere, not due: every
+move back to ``queued`` writes a new outbox row, so a skipped message never strands a job);
+jobs of a type this worker's app does not define are deferred (a rolling deploy). What
+cannot be decided now (another worker holds the lease, Redis handed out a stale fence, a
+dependency is unreachable, the whole batch's claim failed) goes to the slow path: that job
+alone, claimed again with backoff until decided, or until the worker is stopping (then its
+message is left unfinished for redelivery). Each started job goes, with its message and its
+slot, to the job stage on a memory channel. :meth:`Claimer.claim` is the run_once a test
+drives without Kafka.
 """
 
 from __future__ import annotations
@@ -18,7 +24,10 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
+import psycopg
+import redis
 import trio
 
 from leasework import metrics, store
@@ -26,7 +35,11 @@ from leasework.app import App
 from leasework.db import Database
 from leasework.job import Job
 from leasework.lease import Claim, Leases
+from leasework.service import Stopping
 from leasework.states import Status
+from leasework.worker.consumer import Consumed, unexpected
+from leasework.worker.offsets import Offsets
+from leasework.worker.slots import Slots
 
 log = logging.getLogger("leasework.worker.claim")
 
@@ -50,8 +63,8 @@ class Started:
 
 
 @dataclass
-class Claimed:
-    """What became of a batch, by job id."""
+class ClaimResult:
+    """What became of a batch's claim, by job id."""
 
     started: list[Started] = field(default_factory=list)
     skipped: dict[uuid.UUID, Skip] = field(default_factory=dict)
@@ -59,7 +72,9 @@ class Claimed:
     reseeded: bool = False
 
 
-class Producer:
+class Claimer:
+    """Claims a batch of jobs for the worker called ``name``, under leases of ``ttl`` s."""
+
     def __init__(
         self,
         db: Database,
@@ -79,10 +94,10 @@ class Producer:
         self.retry_base = retry_base
         self.retry_cap = retry_cap
 
-    async def claim(self, job_ids: list[uuid.UUID]) -> Claimed:
+    async def claim(self, job_ids: list[uuid.UUID]) -> ClaimResult:
         """Claim what can be claimed of ``job_ids`` (distinct, in message order). Redis and
         Postgres errors propagate: the caller waits and tries again."""
-        outcome = Claimed()
+        outcome = ClaimResult()
         unique = list(dict.fromkeys(job_ids))
         jobs = {j.id: j for j in await self.db.run(store.jobs_get_many, unique)}
         claimable, unknown = [], []
@@ -120,7 +135,7 @@ class Producer:
             await self.refused(refused, outcome)
         return outcome
 
-    async def refused(self, refused: list[Claim], outcome: Claimed) -> None:
+    async def refused(self, refused: list[Claim], outcome: ClaimResult) -> None:
         """Leases won in Redis whose stamp Postgres refused: the job stopped being ``queued``
         meanwhile (skip it), or Redis handed out a fence not above the stored one (its
         counter was lost): re-seed the counter above Postgres's largest fence and try again."""
@@ -183,3 +198,148 @@ class Producer:
                         "run_at": job.run_at.isoformat(),
                     },
                 )
+
+
+class Abandoned(Exception):
+    """The worker is stopping before it could claim the job: leave the message unfinished so
+    its offset is not committed and the next owner of the partition gets it again."""
+
+
+SkipReason = Literal["undecodable", "duplicate"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of messages sorted before its claim: the message that stands for each job, in
+    message order, and the ones settled without a claim, in message order, with why."""
+
+    first: dict[uuid.UUID, Consumed]
+    skipped: list[tuple[Consumed, SkipReason]]
+
+
+def split(messages: list[Consumed]) -> Batch:
+    """The first message of each job claims it; an undecodable one, or a later one for a job
+    already in the batch (run it once), is skipped."""
+    first: dict[uuid.UUID, Consumed] = {}
+    skipped: list[tuple[Consumed, SkipReason]] = []
+    for message in messages:
+        if message.job_id is None:
+            skipped.append((message, "undecodable"))
+        elif message.job_id in first:
+            skipped.append((message, "duplicate"))
+        else:
+            first[message.job_id] = message
+    return Batch(first, skipped)
+
+
+class ClaimStage:
+    """Every message it receives ends here (finished, or left for redelivery) or goes on to
+    ``started`` with its job, still holding its slot."""
+
+    def __init__(
+        self,
+        claimer: Claimer,
+        offsets: Offsets,
+        slots: Slots,
+        stopping: Stopping,
+        started: trio.MemorySendChannel[tuple[Consumed, Started]],
+        *,
+        ttl: float,
+    ) -> None:
+        self.claimer = claimer
+        self.offsets = offsets
+        self.slots = slots
+        self.stopping = stopping
+        self.started = started
+        self.ttl = ttl
+
+    async def run(self, batches: trio.MemoryReceiveChannel[list[Consumed]]) -> None:
+        """Claim each batch in a task of its own (several batches may be claimed at once),
+        until ``batches`` is closed and its claims decided; then close ``started``."""
+        async with self.started, trio.open_nursery() as nursery:
+            async for batch in batches:
+                nursery.start_soon(self.claim_batch, batch, nursery)
+
+    def settle(self, message: Consumed) -> None:
+        """Nothing to do for the message: mark it finished and give back its slot."""
+        self.offsets.finish(message.partition, message.offset)
+        self.slots.release()
+
+    async def claim_batch(self, messages: list[Consumed], nursery: trio.Nursery) -> None:
+        batch = split(messages)
+        for message, reason in batch.skipped:
+            if reason == "undecodable":
+                log.error("undecodable message skipped", extra={"offset": message.offset})
+            metrics.redeliveries_skipped.labels(reason).inc()
+            self.settle(message)
+        if not batch.first:
+            return
+        try:
+            claimed = await self.claimer.claim(list(batch.first))
+        except Exception as exc:  # unreachable dependencies, or a bug: the slow path decides
+            if isinstance(exc, redis.RedisError | psycopg.Error):
+                log.warning(
+                    "cannot claim a batch: a dependency is unreachable; claiming one by one",
+                    extra={"jobs": len(batch.first), "error": str(exc)[:200]},
+                )
+            else:
+                log.exception("claiming a batch failed unexpectedly; claiming one by one")
+            for message in batch.first.values():
+                nursery.start_soon(self.claim_one, message)
+            return
+        for started in claimed.started:
+            self.started.send_nowait((batch.first[started.job.id], started))
+        for job_id in claimed.skipped:
+            self.settle(batch.first[job_id])
+        for job_id in claimed.retry:
+            nursery.start_soon(self.claim_one, batch.first[job_id])
+
+    async def claim_one(self, message: Consumed) -> None:
+        """The slow path of one job the batch could not decide: its message is finished when
+        the job is skipped, handed on when it is started, else left for redelivery."""
+        handed_on = False
+        try:
+            started = await self.claim_alone(message)
+            if started is None:
+                self.offsets.finish(message.partition, message.offset)
+            else:
+                self.started.send_nowait((message, started))
+                handed_on = True
+        except Abandoned:
+            log.info(
+                "message left for redelivery",
+                extra={"partition": message.partition, "offset": message.offset},
+            )
+        except Exception:  # a bug in this process, not the job's outcome: keep the worker
+            unexpected(message)
+        finally:
+            if not handed_on:
+                self.slots.release()
+
+    async def claim_alone(self, message: Consumed) -> Started | None:
+        """Claim the message's job again and again until decided (None: skipped): wait while
+        another worker holds its lease (it expires by itself), while Redis or Postgres is
+        unreachable, or after a re-seeded fence counter. Raises :class:`Abandoned` once the
+        worker is stopping."""
+        assert message.job_id is not None
+        backoff = 0.2
+        while True:
+            if self.stopping.is_set():
+                raise Abandoned(str(message.job_id))
+            try:
+                claimed = await self.claimer.claim([message.job_id])
+            except (redis.RedisError, psycopg.Error) as exc:
+                log.warning(
+                    "cannot claim: a dependency is unreachable; waiting",
+                    extra={"job_id": str(message.job_id), "error": str(exc)[:200]},
+                )
+                await trio.sleep(backoff)
+                backoff = min(5.0, backoff * 2)
+                continue
+            if claimed.started:
+                return claimed.started[0]
+            if claimed.skipped:
+                return None
+            if not claimed.reseeded:
+                await trio.sleep(min(self.ttl / 2, backoff))
+                backoff = min(self.ttl / 2, backoff * 2)

@@ -8,6 +8,9 @@ answers each waiter. A row that does not come back was rejected by the fence, fo
 alone. A write that fails (the database unreachable) is retried, the waiters keep waiting:
 an outcome is never reported before it is durable.
 
+:func:`record` is the rest of the stage: the metrics and the log line of each written (or
+fence-rejected) outcome.
+
 Two completers, as River has an inline and a batch one: :class:`Completer` (fenced) and
 :class:`UnsafeCompleter`, the plain-TTL demonstration that writes whatever the fence says;
 ``if unsafe`` lives here and nowhere else.
@@ -26,8 +29,9 @@ import trio
 
 from leasework import metrics, store
 from leasework.db import Database
+from leasework.job import Job
 from leasework.lease import Claim, Leases
-from leasework.outcomes import Completion
+from leasework.outcomes import Completion, Outcome
 from leasework.states import Status
 from leasework.store import operators
 
@@ -165,3 +169,32 @@ class UnsafeCompleter(Completer):
     def write(self, conn: psycopg.Connection, batch: list[Completion], retrying: bool) -> dict:
         store.jobs_unfence_many(conn, [(c.job_id, c.fence) for c in batch])
         return super().write(conn, batch, retrying)
+
+
+def record(job: Job, intended: Outcome, finished: Finished) -> None:
+    """Metrics and the log line of one written (or fence-rejected) outcome."""
+    if finished.rejected:
+        metrics.fence_rejections.inc()
+        log.warning(
+            "fenced write rejected: a newer claim holds the job; nothing committed",
+            extra={"job_id": str(job.id), "fence": job.fence},
+        )
+        return
+    status = finished.status
+    job_type = metrics.type_label(job.type)
+    metrics.jobs_executed.labels(job_type, str(status)).inc()
+    if status == Status.FAILED:
+        metrics.retries.labels(job_type).inc()
+    elif status == Status.DEAD:
+        metrics.dead_letters.labels(job_type).inc()
+    if status != Status.SUCCEEDED or log.isEnabledFor(logging.DEBUG):
+        log.info(
+            "job finished",
+            extra={
+                "job_id": str(job.id),
+                "status": str(status),
+                "attempt": job.attempt,
+                "fence": job.fence,
+                "error": intended.error if status == intended.status else "an effect raised",
+            },
+        )

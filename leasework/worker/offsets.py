@@ -1,4 +1,4 @@
-"""Which Kafka offsets may be committed.
+"""The offsets stage: which Kafka offsets may be committed, and committing them.
 
 Several messages of one partition run at once and finish in any order; an offset may be
 committed only once every message received before it on that partition has finished, or a
@@ -6,12 +6,25 @@ crash would skip the unfinished ones. :class:`OffsetTracker` keeps, per partitio
 offsets in the order they arrived and answers the next offset to commit (Kafka's
 convention: the last finished offset of the contiguous prefix, plus one). Offsets are taken
 in arrival order, so gaps in the log (compaction, control records) need no special case.
+
+:class:`Offsets` is the stage around it: a message is marked finished there once its job's
+outcome is durable (or nothing was to be done); a background loop hands the finished prefix
+of each partition to librdkafka (``store_offsets``, every 200 ms), which commits it every
+second; on revoke (in the poll thread) and on shutdown the prefix is committed synchronously.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
+
+import trio
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+log = logging.getLogger("leasework.worker.offsets")
+
+STORE_OFFSETS_EVERY = 0.2  # seconds between passing the finished prefix to librdkafka
 
 
 @dataclass
@@ -77,3 +90,89 @@ class OffsetTracker:
             for partition, state in self._partitions.items()
             if state.next_commit is not None
         }
+
+
+class Offsets:
+    """The offsets of one consumer's run: tracked on arrival, marked finished by the stages,
+    stored and committed from here alone."""
+
+    def __init__(self, consumer: Consumer, topic: str) -> None:
+        self.consumer = consumer
+        self.topic = topic
+        self.tracker = OffsetTracker()
+        self._limiter = trio.CapacityLimiter(1)
+        self._wanted = trio.Event()
+
+    def finish(self, partition: int, offset: int) -> None:
+        """The message is done with (its job's outcome durable, or nothing to do)."""
+        self.tracker.finish(partition, offset)
+        self._wanted.set()
+
+    def _partitions(self, offsets: dict[int, int]) -> list[TopicPartition]:
+        return [TopicPartition(self.topic, p, o) for p, o in offsets.items()]
+
+    async def store(self) -> None:
+        """Hand the finished prefix of each partition to librdkafka, which commits it in the
+        background; a partition revoked meanwhile is simply not stored."""
+        ready = self.tracker.committable()
+        if not ready:
+            return
+        consumer, offsets = self.consumer, self._partitions(ready)
+
+        def store_them() -> str | None:
+            try:
+                consumer.store_offsets(offsets=offsets)
+                return None
+            except KafkaException as exc:
+                return str(exc)
+
+        error = await trio.to_thread.run_sync(store_them, limiter=self._limiter)
+        if error is None:
+            for partition, offset in ready.items():
+                self.tracker.committed(partition, offset)
+        else:
+            log.debug("offsets not stored", extra={"error": error})
+
+    async def commit(self) -> None:
+        """Synchronously commit every partition's finished prefix (shutdown)."""
+        positions = self.tracker.positions()
+        if not positions:
+            return
+        consumer, offsets = self.consumer, self._partitions(positions)
+
+        def commit() -> str | None:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+                return None
+            except KafkaException as exc:
+                return str(exc)
+
+        error = await trio.to_thread.run_sync(commit, limiter=self._limiter)
+        if error is not None:
+            log.warning("final offset commit failed", extra={"error": error})
+
+    async def run(self) -> None:
+        """Store the finished prefix whenever it grew, at most every STORE_OFFSETS_EVERY s."""
+        while True:
+            await self._wanted.wait()
+            self._wanted = trio.Event()
+            await self.store()
+            await trio.sleep(STORE_OFFSETS_EVERY)
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Runs inside ``consume()``, in the poll thread: commit what is finished, then let
+        go (the revoked partitions' offsets are the next owner's)."""
+        positions = trio.from_thread.run_sync(self.tracker.positions)
+        revoked = {p.partition for p in partitions}
+        offsets = self._partitions({p: o for p, o in positions.items() if p in revoked})
+        if offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                log.warning("commit on revoke failed", extra={"error": str(exc)})
+        for partition in revoked:
+            trio.from_thread.run_sync(self.tracker.forget, partition)
+        log.info("partitions revoked", extra={"partitions": sorted(revoked)})

@@ -1,5 +1,5 @@
 """The worker's services driven one batch at a time against the real Postgres and Redis, no
-Kafka: the producer's claim, the completer's flush, the heartbeat's tick. Jobs are made
+Kafka: the claimer's claim, the completer's flush, the heartbeat's tick. Jobs are made
 ``queued`` without an outbox row, so no worker of the stack ever hears of them, and with a
 long lease, so the stack's reaper leaves them alone."""
 
@@ -19,7 +19,7 @@ from leasework.demo import app as demo_app
 from leasework.lease import Leases, lease_key
 from leasework.outcomes import Completion, Outcome
 from leasework.states import Status
-from leasework.worker.claim import Producer, Skip
+from leasework.worker.claim import Claimer, Skip
 from leasework.worker.completer import Completer
 from leasework.worker.heartbeat import CancelReason, Heartbeat, RunningJob
 from tests.integration.conftest import dlq_message
@@ -41,9 +41,9 @@ def leases(stack) -> Leases:
 
 
 @pytest.fixture
-def producer(db: Database, leases: Leases) -> Producer:
-    return Producer(
-        db, leases, demo_app, name="test-producer", ttl=TTL, retry_base=1.0, retry_cap=10.0
+def claimer(db: Database, leases: Leases) -> Claimer:
+    return Claimer(
+        db, leases, demo_app, name="test-claimer", ttl=TTL, retry_base=1.0, retry_cap=10.0
     )
 
 
@@ -75,10 +75,10 @@ async def job(db: Database, job_id: uuid.UUID):
     return found
 
 
-# ---------------------------------------------------------------- the producer
+# ---------------------------------------------------------------- the claimer
 
 
-async def test_one_claim_starts_what_it_can_and_says_why_for_the_rest(db, leases, producer):
+async def test_one_claim_starts_what_it_can_and_says_why_for_the_rest(db, leases, claimer):
     runnable = await make_jobs(db, count=3)
     (finished,) = await make_jobs(db)
     await db.run(
@@ -89,7 +89,7 @@ async def test_one_claim_starts_what_it_can_and_says_why_for_the_rest(db, leases
     other = (await leases.claim_many([held], "another-worker", TTL))[0]
     missing = uuid.uuid4()
 
-    claimed = await producer.claim([*runnable, finished, unknown, held, missing])
+    claimed = await claimer.claim([*runnable, finished, unknown, held, missing])
 
     assert sorted(s.job.id for s in claimed.started) == sorted(runnable)
     fences = [s.claim.fence for s in claimed.started]
@@ -109,13 +109,13 @@ async def test_one_claim_starts_what_it_can_and_says_why_for_the_rest(db, leases
     await leases.release_many([other, *(s.claim for s in claimed.started)])
 
 
-async def test_a_stale_fence_is_refused_by_postgres_and_the_counter_reseeded(db, leases, producer):
+async def test_a_stale_fence_is_refused_by_postgres_and_the_counter_reseeded(db, leases, claimer):
     counter = int(await trio.to_thread.run_sync(leases.client.get, "leasework:fence") or 0)
     (job_id,) = await make_jobs(db, fence=counter + 1000)  # Postgres has seen a larger fence
-    first = await producer.claim([job_id])
+    first = await claimer.claim([job_id])
     assert first.started == [] and first.retry == [job_id] and first.reseeded
     assert not await trio.to_thread.run_sync(leases.client.exists, lease_key(job_id))
-    second = await producer.claim([job_id])
+    second = await claimer.claim([job_id])
     (started,) = second.started
     assert started.claim.fence > counter + 1000
     await leases.release_many([started.claim])
@@ -147,9 +147,9 @@ async def effects_of(db: Database, job_id: uuid.UUID) -> int:
     return row["n"]
 
 
-async def test_one_flush_fences_each_row_on_its_own(db, leases, producer):
+async def test_one_flush_fences_each_row_on_its_own(db, leases, claimer):
     ids = await make_jobs(db, count=4)
-    claimed = await producer.claim(ids)
+    claimed = await claimer.claim(ids)
     by_id = {s.job.id: s for s in claimed.started}
     ok, broken, stale, doomed = ids
     # a newer claim took `stale` meanwhile: its fence moved on
@@ -198,9 +198,9 @@ async def test_one_flush_fences_each_row_on_its_own(db, leases, producer):
 # ---------------------------------------------------------------- the heartbeat
 
 
-async def test_one_tick_renews_moves_deadlines_and_cancels_only_whom_it_must(db, leases, producer):
+async def test_one_tick_renews_moves_deadlines_and_cancels_only_whom_it_must(db, leases, claimer):
     ids = await make_jobs(db, count=3)
-    claimed = await producer.claim(ids)
+    claimed = await claimer.claim(ids)
     by_id = {s.job.id: s for s in claimed.started}
     kept, lost, cancelled = ids
     await trio.to_thread.run_sync(leases.client.delete, lease_key(lost))

@@ -1,24 +1,27 @@
 """Worker timing on Trio's MockClock (pytest-trio's ``autojump_clock``): no sleeping, and
 every deadline exact. The heartbeat moves a handler's deadline on a renewal and cancels
 exactly the handler whose lease was lost; a handler no heartbeat renews is cancelled at its
-lease deadline; the drain cancels what still runs when the graceful time is up. Redis and
+lease deadline, except in the plain-TTL demonstration mode; the drain cancels what still
+runs when the graceful time is up. Redis and
 Postgres are stand-ins that answer as the real ones would (these are timing tests; the real
 services are driven in tests/integration/test_services.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import UTC, datetime
 
 import trio
 import trio.lowlevel
 
-from leasework.config import Settings
+from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.demo import app as demo_app
 from leasework.job import Job
 from leasework.lease import Claim
 from leasework.states import Status
 from leasework.worker.claim import Started
+from leasework.worker.completer import UnsafeCompleter
 from leasework.worker.heartbeat import CancelReason, Heartbeat, RunningJob, lease_deadline
 from leasework.worker.process import Worker
 
@@ -96,9 +99,10 @@ def settings() -> Settings:
     return Settings(role="worker", process_name="w", app="leasework.demo:app", lease_ttl=TTL)
 
 
-def started(job_type: str, payload: dict) -> Started:
+def make_job(job_type: str, payload: dict) -> Job:
+    """Attempt 1 of 3 of a job just stamped ``running`` under fence 1, timeout 3600 s."""
     now = datetime.now(UTC)
-    job = Job(
+    return Job(
         id=uuid.uuid4(), type=job_type, payload=payload, status=Status.RUNNING, run_at=now,
         attempt=1, max_attempts=3, timeout_seconds=3600, fence=1, lease_owner="w",
         lease_expires_at=None, idempotency_key=None, ordering_key=None, last_error=None,
@@ -106,13 +110,17 @@ def started(job_type: str, payload: dict) -> Started:
         finished_at=None, result=None, retry_base=None, retry_cap=None, deferrals=0,
         attempt_budget=3,
     )  # fmt: skip
+
+
+def started(job_type: str, payload: dict) -> Started:
+    job = make_job(job_type, payload)
     return Started(job, Claim(job.id, "w", 1), trio.current_time())
 
 
 async def test_a_handler_no_heartbeat_renews_is_cancelled_at_its_lease_deadline(autojump_clock):
     worker = Worker(settings(), db=None, app=demo_app)  # type: ignore[arg-type]
     begin = trio.current_time()
-    completion = await worker.execute(started("sleep", {"seconds": 600}))
+    completion = await worker.executor.execute(started("sleep", {"seconds": 600}))
     assert trio.current_time() - begin == TTL * 0.8  # claim time + TTL x (1 - margin)
     assert completion.outcome.status == Status.FAILED
     assert completion.outcome.error.startswith("lease lost")
@@ -123,20 +131,36 @@ async def test_the_drain_waits_its_graceful_time_then_cancels_what_still_runs(au
     outcomes = []
 
     async def job(seconds: float) -> None:
-        completion = await worker.execute(started("sleep", {"seconds": seconds}))
+        completion = await worker.executor.execute(started("sleep", {"seconds": seconds}))
         outcomes.append((seconds, completion.outcome))
-        worker._done()
+        worker.slots.release()  # the job's message is settled
 
     begin = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        worker._taken(2)
-        nursery.start_soon(job, 1.0)  # finishes within the graceful time
-        nursery.start_soon(job, 5.0)  # still running when it is up
-        await trio.lowlevel.checkpoint()
-        await worker.drain(graceful=3.0)
+    with trio.fail_after(10):  # a hang is a failure
+        async with trio.open_nursery() as nursery:
+            assert await worker.slots.take(2) == 2  # two messages, a slot each
+            nursery.start_soon(job, 1.0)  # finishes within the graceful time
+            nursery.start_soon(job, 5.0)  # still running when it is up
+            await trio.lowlevel.checkpoint()
+            await worker.drain(graceful=3.0)
     assert trio.current_time() - begin == 3.0
     by_length = dict(outcomes)
     assert by_length[1.0].status == Status.SUCCEEDED
     shut = by_length[5.0]
     assert shut.status == Status.FAILED and shut.retry_in == 0.0  # retried at once
     assert shut.error == "worker shut down before the handler finished"
+
+
+async def test_the_plain_ttl_mode_neither_cuts_a_handler_at_its_deadline_nor_fences(
+    autojump_clock,
+):
+    unsafe = dataclasses.replace(settings(), lease_mode=UNSAFE_LEASE_MODE)
+    worker = Worker(unsafe, db=None, app=demo_app)  # type: ignore[arg-type]
+    begin = trio.current_time()
+    completion = await worker.executor.execute(started("sleep", {"seconds": 600}))
+    assert trio.current_time() - begin == 600  # far past its lease deadline (TTL x 0.8)
+    assert completion.outcome.status == Status.SUCCEEDED
+    assert isinstance(worker.completer, UnsafeCompleter)
+    assert not worker.heartbeat.notices_loss
+    fenced = Worker(settings(), db=None, app=demo_app)  # type: ignore[arg-type]
+    assert not isinstance(fenced.completer, UnsafeCompleter) and fenced.heartbeat.notices_loss

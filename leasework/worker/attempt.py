@@ -1,0 +1,103 @@
+"""The execute stage: one attempt of a started job, the handler under its two scopes, turned
+into the :class:`~leasework.outcomes.Completion` the completer writes.
+
+The outer scope's deadline is the worker's own lower bound of lease validity (claim time +
+TTL x 0.8, monotonic), moved forward by each heartbeat renewal; the inner one is the job's
+``timeout_seconds``. While the handler runs, its :class:`RunningJob` is in
+:attr:`Executor.running`, where the heartbeat renews (or cancels) it and the drain cancels it.
+What the attempt came to is decided by :mod:`leasework.worker.outcome`.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import trio
+
+from leasework import metrics
+from leasework.app import App, JobType
+from leasework.context import JobContext
+from leasework.job import Job
+from leasework.outcomes import Completion, Outcome
+from leasework.states import Status
+from leasework.worker.claim import Started
+from leasework.worker.execution import HandlerResult, call_handler
+from leasework.worker.heartbeat import CancelReason, RunningJob, lease_deadline
+from leasework.worker.outcome import RetryDefaults, effect_failure, outcome_of
+
+
+class Executor:
+    def __init__(
+        self,
+        app: App,
+        *,
+        worker: str,
+        ttl: float,
+        defaults: RetryDefaults,
+        bounded_by_lease: bool = True,
+    ) -> None:
+        """``bounded_by_lease=False`` is the plain-TTL demonstration: no deadline scope."""
+        self.app = app
+        self.worker = worker
+        self.ttl = ttl
+        self.defaults = defaults
+        self.bounded_by_lease = bounded_by_lease
+        self.running: dict[uuid.UUID, RunningJob] = {}
+
+    async def execute(self, started: Started) -> Completion:
+        """Run the handler under its two scopes (lease deadline, job timeout) and turn what
+        happened into the completion the completer writes."""
+        job = started.job
+        metrics.scheduling_delay.observe(job.scheduling_delay)
+        job_type = self.app.get(job.type)
+        assert job_type is not None, "unknown types are deferred before the claim"
+        ctx = JobContext(
+            job_id=job.id,
+            type=job.type,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            fence=job.fence,
+            worker=self.worker,
+            payload=job.payload,
+        )
+        deadline = (
+            lease_deadline(started.claimed_at, self.ttl) if self.bounded_by_lease else math.inf
+        )
+        running = RunningJob(started.claim, trio.CancelScope(deadline=deadline))
+        handled, timed_out = await self._call(job, job_type, ctx, running)
+        outcome = outcome_of(
+            job, handled, self.defaults, timed_out=timed_out, cancelled_by=running.reason
+        )
+        effects = tuple(ctx.effects) if outcome.status == Status.SUCCEEDED else ()
+
+        def effect_failed(exc: Exception) -> Outcome:
+            return effect_failure(job, exc, self.defaults, permanent=job_type.is_permanent(exc))
+
+        return Completion(job.id, job.fence, outcome, effects, effect_failed)
+
+    async def _call(
+        self, job: Job, job_type: JobType, ctx: JobContext, running: RunningJob
+    ) -> tuple[HandlerResult | None, bool]:
+        """(the handler's result, None if a scope cut it short; whether it timed out)."""
+        self.running[job.id] = running
+        metrics.jobs_in_flight.inc()
+        began = trio.current_time()
+        handled: HandlerResult | None = None
+        timed_out = False
+        try:
+            with running.scope:
+                with trio.move_on_after(job.timeout_seconds) as timeout_scope:
+                    handled = await call_handler(job_type, ctx)
+                timed_out = timeout_scope.cancelled_caught
+        finally:
+            running.completing = True
+            metrics.jobs_in_flight.dec()
+            self.running.pop(job.id, None)
+        metrics.execution_seconds.labels(metrics.type_label(job.type)).observe(
+            trio.current_time() - began
+        )
+        if running.scope.cancelled_caught and running.reason is None:
+            running.reason = CancelReason.LEASE
+            metrics.lease_loss_cancellations.inc()
+        return handled, timed_out

@@ -1,0 +1,139 @@
+"""The consume stage: messages from ``jobs.ready`` in batches, one thread hop per batch.
+
+The loop takes every free slot (:mod:`leasework.worker.slots`), asks Kafka for that many
+messages at most (:func:`receive`), tracks each one's (partition, offset) in arrival order
+(:mod:`leasework.worker.offsets`) and decodes the job it wakes, gives back the slots it did
+not fill, and hands the batch to the claim stage on a memory channel. A message arrives here
+exactly once and leaves as a :class:`Consumed`; nothing downstream talks to Kafka but the
+offsets stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+from confluent_kafka import Consumer, Message
+
+from leasework import metrics
+from leasework.config import Settings
+from leasework.service import Stopping
+from leasework.worker.offsets import Offsets
+from leasework.worker.slots import Slots
+
+log = logging.getLogger("leasework.worker.consumer")
+
+MAX_POLL = 500  # messages per consume() call, at most
+GATHER = 0.02  # seconds a batch waits for company after its first message
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """One message taken from ``jobs.ready``: where it came from (what its offset is
+    committed as) and the job it wakes (None: undecodable)."""
+
+    partition: int
+    offset: int
+    job_id: uuid.UUID | None
+
+
+def consumer_config(settings: Settings) -> dict:
+    return {
+        "bootstrap.servers": ",".join(settings.kafka_brokers),
+        "group.id": settings.consumer_group,
+        "client.id": settings.process_name,
+        # offsets are stored by the worker once a job's outcome is durable, and committed
+        # by librdkafka in the background (plus synchronously on revoke and shutdown)
+        "enable.auto.commit": True,
+        "enable.auto.offset.store": False,
+        "auto.commit.interval.ms": 1000,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 2_000,
+        "max.poll.interval.ms": 300_000,
+        "socket.connection.setup.timeout.ms": 5_000,
+        "reconnect.backoff.max.ms": 2_000,
+        # an idle partition waits on the broker (long poll), not in a tight fetch loop
+        "fetch.wait.max.ms": 500,
+    }
+
+
+def receive(
+    consumer: Consumer, at_most: int, wait: float = 0.5, gather: float = GATHER
+) -> list[Message]:
+    """Up to ``at_most`` messages, in one thread hop: wait (up to ``wait`` s) for the first,
+    then up to ``gather`` s for company, so that a steady stream becomes batches (each batch
+    costs three round trips whatever its size) at the price of a few milliseconds. (Plain
+    ``consume(n, timeout)`` waits for all ``n`` or the whole timeout: a trickle would sit
+    out the timeout.)"""
+    first = consumer.poll(wait)
+    if first is None:
+        return []
+    if at_most == 1:
+        return [first]
+    return [first, *consumer.consume(at_most - 1, gather)]
+
+
+def decode(message_value: bytes | None) -> uuid.UUID | None:
+    """The job id a ``jobs.ready`` message carries, or None when it carries none."""
+    try:
+        return uuid.UUID(json.loads(message_value or b"")["job_id"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def arrived(messages: Sequence[Message], offsets: Offsets) -> list[Consumed]:
+    """The batch of what was received: a consumer error is logged and dropped (it is no
+    message), every message is tracked in arrival order and decoded."""
+    batch = []
+    for message in messages:
+        if message.error() is not None:
+            log.warning("consumer error", extra={"error": str(message.error())})
+            continue
+        partition, offset = message.partition(), message.offset()
+        if offsets.tracker.start(partition, offset):
+            log.warning(
+                "partition rewound without a revoke: its offsets are tracked afresh",
+                extra={"partition": partition, "offset": offset},
+            )
+        batch.append(Consumed(partition, offset, decode(message.value())))
+    return batch
+
+
+async def consume(
+    consumer: Consumer,
+    offsets: Offsets,
+    slots: Slots,
+    stopping: Stopping,
+    batches: trio.MemorySendChannel[list[Consumed]],
+) -> None:
+    """Poll until ``stopping``, then close ``batches``. Each message of a batch holds a slot
+    from here on; the channel's buffer is unbounded because the slots bound it."""
+    limiter = trio.CapacityLimiter(1)
+    async with batches:
+        while not stopping.is_set():
+            free = await slots.take(MAX_POLL)
+            try:
+                messages = await trio.to_thread.run_sync(receive, consumer, free, limiter=limiter)
+            except BaseException:
+                slots.release(free)
+                raise
+            batch = arrived(messages, offsets)
+            slots.release(free - len(batch))
+            if batch:
+                batches.send_nowait(batch)
+
+
+def unexpected(message: Consumed) -> None:
+    """A bug in this process, not the job's outcome (call it from an ``except``): count it
+    and leave the message unfinished, so that its offset is not committed."""
+    metrics.worker_errors.inc()
+    log.exception(
+        "unexpected error handling a message; left uncommitted for redelivery (a claimed "
+        "job comes back through the reaper)",
+        extra={"partition": message.partition, "offset": message.offset},
+    )

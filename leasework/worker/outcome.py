@@ -1,0 +1,87 @@
+"""What an attempt came to, decided from what happened to its handler: pure functions of the
+job, the handler's result and why its scopes were cancelled, if they were.
+
+A cancel request is ``cancelled``; success is ``succeeded`` with the handler's result; every
+other ending (an error, a timeout, a lost lease, a shutdown) retries with the job's own
+backoff (the settings' when the job has none), or is ``dead`` when permanent or on the last
+attempt. A shutdown retries at once: the worker cut the attempt short, not the job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leasework.backoff import retry_or_dead
+from leasework.job import Job
+from leasework.outcomes import Outcome
+from leasework.states import Status
+from leasework.worker.execution import HandlerResult, describe
+from leasework.worker.heartbeat import CancelReason
+
+
+@dataclass(frozen=True)
+class RetryDefaults:
+    """The backoff of a job whose row carries none of its own (the settings')."""
+
+    base: float
+    cap: float
+
+
+def retry_outcome(
+    job: Job,
+    error: str,
+    defaults: RetryDefaults,
+    *,
+    permanent: bool = False,
+    immediate: bool = False,
+) -> Outcome:
+    """``failed`` with the job's own backoff (else the defaults), or ``dead``."""
+    decision = retry_or_dead(
+        job.attempt,
+        job.max_attempts,
+        job.retry_base or defaults.base,
+        job.retry_cap or defaults.cap,
+        permanent=permanent,
+        immediate=immediate,
+    )
+    return Outcome(decision.status, error, retry_in=decision.delay)
+
+
+def outcome_of(
+    job: Job,
+    handled: HandlerResult | None,
+    defaults: RetryDefaults,
+    *,
+    timed_out: bool,
+    cancelled_by: CancelReason | None,
+) -> Outcome:
+    """The attempt's outcome: ``handled`` is None when a scope cut the handler short."""
+    if cancelled_by == CancelReason.REQUEST:
+        return Outcome(Status.CANCELLED, "cancelled on request while running")
+    permanent = False
+    if cancelled_by == CancelReason.LEASE:
+        error = "lease lost: handler cancelled at its lease deadline"
+    elif cancelled_by == CancelReason.SHUTDOWN:
+        error = "worker shut down before the handler finished"
+    elif timed_out or handled is None:
+        error = f"timed out after {job.timeout_seconds}s"
+    elif handled.ok:
+        return Outcome(Status.SUCCEEDED, result=handled.result)
+    else:
+        error, permanent = handled.error, handled.permanent
+    return retry_outcome(
+        job,
+        error,
+        defaults,
+        permanent=permanent,
+        immediate=cancelled_by == CancelReason.SHUTDOWN,
+    )
+
+
+def effect_failure(
+    job: Job, exc: Exception, defaults: RetryDefaults, *, permanent: bool
+) -> Outcome:
+    """The outcome of a succeeded attempt one of whose fenced effects raised ``exc``."""
+    return retry_outcome(
+        job, f"a fenced effect raised {describe(exc)}", defaults, permanent=permanent
+    )
