@@ -79,10 +79,17 @@ def receive(
 
 
 def decode(message_value: bytes | None) -> uuid.UUID | None:
-    """The job id a ``jobs.ready`` message carries, or None when it carries none."""
+    """The job id a ``jobs.ready`` message carries, or None when it carries none (not JSON,
+    not an object, no ``job_id``, or one that is not a UUID's text)."""
     try:
-        return uuid.UUID(json.loads(message_value or b"")["job_id"])
-    except (ValueError, KeyError, TypeError):
+        job_id = json.loads(message_value or b"")["job_id"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None
+    if not isinstance(job_id, str):  # uuid.UUID(5) raises AttributeError, not ValueError
+        return None
+    try:
+        return uuid.UUID(job_id)
+    except ValueError:
         return None
 
 

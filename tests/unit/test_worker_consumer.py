@@ -1,0 +1,148 @@
+"""The consume stage against a scripted stand-in for confluent-kafka's consumer: decoding,
+one thread hop per batch, never more messages asked for than free slots, consumer errors
+dropped, every message tracked in arrival order."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import pytest
+import trio
+
+from leasework.service import Stopping
+from leasework.worker.consumer import Consumed, arrived, consume, decode, receive
+from leasework.worker.offsets import Offsets
+from leasework.worker.slots import Slots
+
+
+class Message:
+    """What confluent_kafka.Message answers, for one message or one consumer error."""
+
+    def __init__(self, partition: int, offset: int, value: bytes | None, error=None) -> None:
+        self._partition, self._offset, self._value, self._error = partition, offset, value, error
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def error(self):
+        return self._error
+
+
+def message(offset: int, job_id: uuid.UUID | None = None, partition: int = 0) -> Message:
+    value = b"garbage" if job_id is None else json.dumps({"job_id": str(job_id)}).encode()
+    return Message(partition, offset, value)
+
+
+class Kafka:
+    """poll() and consume() hand out ``script`` in order, then nothing; calls are recorded."""
+
+    def __init__(self, script: list[Message]) -> None:
+        self.script = list(script)
+        self.calls: list[tuple[str, int]] = []
+
+    def poll(self, timeout: float):
+        self.calls.append(("poll", 1))
+        return self.script.pop(0) if self.script else None
+
+    def consume(self, count: int, timeout: float) -> list[Message]:
+        self.calls.append(("consume", count))
+        taken, self.script = self.script[:count], self.script[count:]
+        return taken
+
+
+def test_decode_takes_the_job_id_and_nothing_else():
+    job_id = uuid.uuid4()
+    assert decode(json.dumps({"job_id": str(job_id), "type": "noop"}).encode()) == job_id
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        b"",
+        b"not json",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'"a string"',
+        b"{}",
+        b'{"job_id": "not-a-uuid"}',
+        b'{"job_id": null}',
+        b'{"job_id": 5}',  # uuid.UUID(5) raises AttributeError
+        b'{"job_id": ["a"]}',
+        b"[" * 100_000,
+    ],
+)
+def test_decode_answers_none_for_what_carries_no_job_id(value):
+    assert decode(value) is None
+
+
+def test_receive_waits_for_one_then_gathers_the_rest_in_one_call():
+    kafka = Kafka([message(o) for o in range(10)])
+    assert len(receive(kafka, 4)) == 4  # type: ignore[arg-type]
+    assert kafka.calls == [("poll", 1), ("consume", 3)]
+    kafka.calls.clear()
+    assert len(receive(kafka, 1)) == 1  # type: ignore[arg-type]
+    assert kafka.calls == [("poll", 1)]  # one slot: no consume() call at all
+
+
+def test_receive_of_nothing_does_not_gather():
+    kafka = Kafka([])
+    assert receive(kafka, 500, wait=0.0) == []  # type: ignore[arg-type]
+    assert kafka.calls == [("poll", 1)]
+
+
+def test_arrived_tracks_messages_in_order_and_drops_consumer_errors(caplog):
+    offsets = Offsets(None, "jobs.ready")  # type: ignore[arg-type]
+    job_id = uuid.uuid4()
+    received = [message(7, job_id), Message(0, -1, None, error="broker down"), message(8)]
+    with caplog.at_level(logging.WARNING):
+        batch = arrived(received, offsets)  # type: ignore[arg-type]
+    assert batch == [Consumed(0, 7, job_id), Consumed(0, 8, None)]
+    assert offsets.tracker.in_flight() == 2
+    assert [r.getMessage() for r in caplog.records] == ["consumer error"]
+    offsets.finish(0, 8)
+    assert offsets.tracker.positions() == {}  # 7 arrived first and still runs
+    offsets.finish(0, 7)
+    assert offsets.tracker.positions() == {0: 9}
+
+
+def test_a_partition_fetched_again_from_an_older_offset_is_logged_and_tracked_afresh(caplog):
+    offsets = Offsets(None, "jobs.ready")  # type: ignore[arg-type]
+    arrived([message(5), message(6)], offsets)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        arrived([message(5)], offsets)  # type: ignore[arg-type]
+    assert "partition rewound" in caplog.records[0].getMessage()
+    assert offsets.tracker.in_flight() == 1
+
+
+async def test_the_loop_asks_for_no_more_than_the_free_slots_and_gives_back_the_unfilled():
+    ids = [uuid.uuid4() for _ in range(3)]
+    error = Message(0, -1, None, error="transport failure")
+    kafka = Kafka([message(0, ids[0]), message(1, ids[1]), error, message(2, ids[2])])
+    offsets = Offsets(kafka, "jobs.ready")  # type: ignore[arg-type]
+    slots, stopping = Slots(2), Stopping()
+    send, batches = trio.open_memory_channel[list[Consumed]](10)
+    with trio.fail_after(10):  # a hang is a failure
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume, kafka, offsets, slots, stopping, send)
+            first = await batches.receive()
+            assert first == [Consumed(0, 0, ids[0]), Consumed(0, 1, ids[1])]
+            assert kafka.calls == [("poll", 1), ("consume", 1)] and slots.held == 2
+            await trio.sleep(0.05)
+            assert len(kafka.calls) == 2  # no free slot: no poll
+            slots.release()  # the first message is settled
+            second = await batches.receive()  # the error took the slot; it is given back
+            assert second == [Consumed(0, 2, ids[2])] and slots.held == 2
+            stopping.set("test")
+            slots.release(2)
+    assert slots.held == 0  # the last, empty poll gave its slot back
+    with pytest.raises(trio.EndOfChannel):  # the stage closed its channel on its way out
+        await batches.receive()
