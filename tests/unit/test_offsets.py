@@ -1,4 +1,7 @@
-from leasework.worker.offsets import OffsetTracker
+import trio
+from confluent_kafka import KafkaException, TopicPartition
+
+from leasework.worker.offsets import STORE_OFFSETS_EVERY, Offsets, OffsetTracker
 
 
 def test_commits_only_the_contiguous_finished_prefix():
@@ -53,3 +56,99 @@ def test_a_rewind_without_forget_starts_the_partition_over():
     assert tracker.committable() == {0: 5}  # 5 (redelivered) still runs: not past it
     tracker.finish(0, 5)
     assert tracker.committable() == {0: 6}  # 6 is to be redelivered: it will run again
+
+
+# ---------------------------------------------------------------- the stage around it
+
+
+class Kafka:
+    """What Offsets asks of confluent-kafka's consumer; ``failing`` makes each call raise."""
+
+    def __init__(self) -> None:
+        self.stored: list[list[tuple[int, int]]] = []
+        self.commits: list[list[tuple[int, int]]] = []
+        self.failing = False
+
+    def _record(self, into: list, offsets: list[TopicPartition]) -> None:
+        if self.failing:
+            raise KafkaException("broker unreachable")
+        assert {o.topic for o in offsets} == {"jobs.ready"}
+        into.append(sorted((o.partition, o.offset) for o in offsets))
+
+    def store_offsets(self, offsets: list[TopicPartition]) -> None:
+        self._record(self.stored, offsets)
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        assert not asynchronous
+        self._record(self.commits, offsets)
+
+
+def offsets_of(kafka: Kafka, arrived: dict[int, list[int]]) -> Offsets:
+    offsets = Offsets(kafka, "jobs.ready")  # type: ignore[arg-type]
+    for partition, numbers in arrived.items():
+        for offset in numbers:
+            offsets.tracker.start(partition, offset)
+    return offsets
+
+
+async def test_store_hands_over_the_grown_prefix_once_and_again_after_a_failure():
+    kafka = Kafka()
+    offsets = offsets_of(kafka, {0: [10, 11], 1: [3]})
+    offsets.finish(0, 10)
+    offsets.finish(0, 11)
+    await offsets.store()
+    assert kafka.stored == [[(0, 12)]]  # partition 1's message still runs
+    await offsets.store()
+    assert kafka.stored == [[(0, 12)]]  # nothing grew: nothing handed over
+    kafka.failing = True
+    offsets.finish(1, 3)
+    await offsets.store()
+    kafka.failing = False
+    await offsets.store()
+    assert kafka.stored == [[(0, 12)], [(1, 4)]]  # not stored the first time: again
+
+
+async def test_the_loop_stores_after_a_finish_at_most_every_interval():
+    # real time: a mock clock's jumps and the store's thread hop do not mix
+    kafka = Kafka()
+    offsets = offsets_of(kafka, {0: [0, 1, 2]})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(offsets.run)
+        await trio.sleep(0.05)
+        assert kafka.stored == []  # nothing finished: nothing stored
+        offsets.finish(0, 0)
+        await trio.sleep(0.05)
+        assert kafka.stored == [[(0, 1)]]
+        offsets.finish(0, 1)  # within the interval: waits for the next store
+        await trio.sleep(0.05)
+        assert kafka.stored == [[(0, 1)]]
+        await trio.sleep(STORE_OFFSETS_EVERY)
+        assert kafka.stored == [[(0, 1)], [(0, 2)]]
+        nursery.cancel_scope.cancel()
+
+
+async def test_commit_sends_the_finished_prefix_whether_stored_or_not():
+    kafka = Kafka()
+    offsets = offsets_of(kafka, {0: [0, 1], 2: [7]})
+    await offsets.commit()
+    assert kafka.commits == []  # nothing finished
+    offsets.finish(0, 0)
+    await offsets.store()
+    offsets.finish(2, 7)
+    await offsets.commit()
+    assert kafka.commits == [[(0, 1), (2, 8)]]
+    kafka.failing = True
+    await offsets.commit()  # logged, not raised: the next owner starts from the last commit
+
+
+async def test_a_revoke_commits_the_revoked_partitions_prefix_and_forgets_them():
+    kafka = Kafka()
+    offsets = offsets_of(kafka, {0: [0, 1], 1: [5, 6]})
+    offsets.finish(0, 0)
+    offsets.finish(1, 5)
+    # librdkafka calls it from inside consume(), in the poll thread
+    revoked = [TopicPartition("jobs.ready", 1)]
+    await trio.to_thread.run_sync(offsets.on_revoke, kafka, revoked)
+    assert kafka.commits == [[(1, 6)]]
+    offsets.finish(1, 6)  # finishes after the revoke: another consumer's to commit now
+    assert offsets.tracker.positions() == {0: 1}
