@@ -45,7 +45,7 @@ log = logging.getLogger("leasework.worker.claim")
 
 
 class Skip(StrEnum):
-    """Why a message's job is not run by this delivery."""
+    """Why a message's job is not run by this worker now."""
 
     MISSING = "missing"
     NOT_QUEUED = "not-queued"  # its status is the metric's reason
