@@ -38,8 +38,8 @@ from typing import Any
 import psycopg
 
 from leasework import store
-from leasework.app import TYPE_NAME_PATTERN
 from leasework.errors import FieldError
+from leasework.job import TYPE_NAME_HINT, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
 from leasework.states import RETRYABLE, Status
 from leasework.store import operators
@@ -258,7 +258,7 @@ class _FieldReader:
         if job_type is not None and (
             not isinstance(job_type, str) or not TYPE_NAME_PATTERN.match(job_type)
         ):
-            errors.append(FieldError("type", "must be 1-100 letters, digits and _ . : -"))
+            errors.append(FieldError("type", f"must be {TYPE_NAME_HINT}"))
             return None
         return job_type
 

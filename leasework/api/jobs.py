@@ -19,9 +19,8 @@ from leasework import operations, store
 from leasework.api.bodies import invalid, json_body
 from leasework.api.context import ApiContext, caller
 from leasework.api.problems import Problem
-from leasework.app import TYPE_NAME_PATTERN
 from leasework.errors import FieldError
-from leasework.job import Job
+from leasework.job import TYPE_NAME_HINT, TYPE_NAME_PATTERN, Job
 from leasework.states import RETRYABLE, Status
 
 MAX_LIST_LIMIT = 200
@@ -92,7 +91,7 @@ def no_such_job(job_id: str) -> Problem:
 
 def query_type(raw: str | None) -> str | None:
     if raw is not None and not TYPE_NAME_PATTERN.match(raw):
-        raise invalid([FieldError("type", "must be 1-100 letters, digits and _ . : -")])
+        raise invalid([FieldError("type", f"must be {TYPE_NAME_HINT}")])
     return raw
 
 
