@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -33,6 +34,15 @@ class Health:
         pending = {n: "not checked yet" for n in self.probes if n not in self.checked}
         problems = {**pending, **self.problems, **self.conditions}
         return not problems, problems
+
+    def readiness(self, process_name: str, *, detail: bool) -> tuple[dict[str, Any], int]:
+        """The body and status of ``/readyz``. Without ``detail`` it names the unavailable
+        dependencies but not their errors (for a port that may face a network)."""
+        ok, problems = self.ready()
+        body: dict[str, Any] = {"status": "ready" if ok else "not ready", "process": process_name}
+        if problems:
+            body["unavailable"] = problems if detail else {name: "unavailable" for name in problems}
+        return body, (200 if ok else 503)
 
     async def check_once(self) -> None:
         async def one(name: str, probe: Probe) -> None:

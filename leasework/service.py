@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -29,12 +28,10 @@ log = logging.getLogger("leasework.service")
 HTTP_DRAIN_SECONDS = 3.0  # after the role drained, how long open HTTP requests may finish
 
 
-def add_ops_routes(
-    app: QuartTrio, health: Health, process_name: str, *, metrics: bool = True, detail: bool = True
-) -> None:
-    """``/healthz``, ``/readyz`` and (with ``metrics``) ``/metrics``. Without ``detail``,
-    ``/readyz`` names the unavailable dependencies but not their errors (the api's port may
-    face a network; the errors are in the log and on the internal listener)."""
+def add_ops_routes(app: QuartTrio, health: Health, process_name: str) -> None:
+    """``/healthz``, ``/readyz`` (naming each unavailable dependency's error) and ``/metrics``:
+    every process's ops listener, and the api's internal one (the api's public port serves its
+    own, in :mod:`leasework.api.ops`)."""
 
     @app.get("/healthz")
     async def healthz():
@@ -42,17 +39,11 @@ def add_ops_routes(
 
     @app.get("/readyz")
     async def readyz():
-        ok, problems = health.ready()
-        body: dict[str, Any] = {"status": "ready" if ok else "not ready", "process": process_name}
-        if problems:
-            body["unavailable"] = problems if detail else {name: "unavailable" for name in problems}
-        return body, (200 if ok else 503)
+        return health.readiness(process_name, detail=True)
 
-    if metrics:
-
-        @app.get("/metrics")
-        async def metrics_endpoint():
-            return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+    @app.get("/metrics")
+    async def metrics_endpoint():
+        return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
 
 def ops_app(health: Health, process_name: str) -> QuartTrio:

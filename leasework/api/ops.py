@@ -24,14 +24,7 @@ async def healthz(ctx: ApiContext) -> dict[str, Any]:
 
 
 async def readyz(ctx: ApiContext) -> tuple[dict[str, Any], int]:
-    ok, problems = ctx.health.ready()
-    body: dict[str, Any] = {
-        "status": "ready" if ok else "not ready",
-        "process": ctx.settings.process_name,
-    }
-    if problems:
-        body["unavailable"] = {name: "unavailable" for name in problems}
-    return body, (200 if ok else 503)
+    return ctx.health.readiness(ctx.settings.process_name, detail=False)
 
 
 async def metrics(ctx: ApiContext) -> Response:
