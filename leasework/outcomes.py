@@ -5,12 +5,15 @@ decide them; :mod:`leasework.store` writes them."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leasework.backoff import retry_or_dead
 from leasework.context import Effect
+from leasework.job import Job
 from leasework.states import Status
 
 
@@ -33,3 +36,35 @@ class Completion:
     outcome: Outcome
     effects: tuple[Effect, ...] = ()
     effect_failed: Callable[[Exception], Outcome] | None = None
+
+
+@dataclass(frozen=True)
+class RetryDefaults:
+    """The backoff of a job whose row carries none of its own (the settings')."""
+
+    base: float
+    cap: float
+
+
+def retry_outcome(
+    job: Job,
+    error: str,
+    defaults: RetryDefaults,
+    *,
+    permanent: bool = False,
+    immediate: bool = False,
+    rng: random.Random | None = None,
+) -> Outcome:
+    """``failed`` with the job's own backoff (else the defaults), or ``dead``: the one
+    decision for an attempt that did not succeed (the worker) and a lease that expired (the
+    reaper)."""
+    decision = retry_or_dead(
+        job.attempt,
+        job.max_attempts,
+        job.retry_base or defaults.base,
+        job.retry_cap or defaults.cap,
+        permanent=permanent,
+        immediate=immediate,
+        rng=rng,
+    )
+    return Outcome(decision.status, error, retry_in=decision.delay)

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 import psycopg
 
 from leasework import metrics, store
-from leasework.backoff import retry_or_dead
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.job import Job
-from leasework.outcomes import Completion, Outcome
+from leasework.outcomes import Completion, RetryDefaults, retry_outcome
 from leasework.relay.service import Backoff, Pass, run_passes
 from leasework.states import Status, transition
 
@@ -66,16 +65,10 @@ def expired_outcome(job: Job, config: ReaperConfig, rng: random.Random | None = 
     """What becomes of a running ``job`` whose lease expired, under the fence it ran with:
     ``failed`` with a retry delay (its own backoff, else the config's), or ``dead`` after
     its last attempt; the error names the lost worker and its fence."""
-    decision = retry_or_dead(
-        job.attempt,
-        job.max_attempts,
-        job.retry_base or config.retry_base,
-        job.retry_cap or config.retry_cap,
-        rng=rng,
-    )
-    transition(job.status, decision.status)
     error = f"lease of {job.lease_owner} expired (fence {job.fence})"
-    return Completion(job.id, job.fence, Outcome(decision.status, error, decision.delay))
+    outcome = retry_outcome(job, error, RetryDefaults(config.retry_base, config.retry_cap), rng=rng)
+    transition(job.status, outcome.status)
+    return Completion(job.id, job.fence, outcome)
 
 
 def expired_outcomes(

@@ -19,12 +19,12 @@ from leasework import metrics
 from leasework.app import App, JobType
 from leasework.context import JobContext
 from leasework.job import Job
-from leasework.outcomes import Completion, Outcome
+from leasework.outcomes import Completion, Outcome, RetryDefaults
 from leasework.states import Status
 from leasework.worker.claim import Started
 from leasework.worker.execution import HandlerResult, call_handler
 from leasework.worker.heartbeat import CancelReason, RunningJob, lease_deadline
-from leasework.worker.outcome import RetryDefaults, effect_failure, outcome_of
+from leasework.worker.outcome import effect_failure, outcome_of
 
 
 class Executor:

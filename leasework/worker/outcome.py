@@ -9,42 +9,11 @@ attempt. A shutdown retries at once: the worker cut the attempt short, not the j
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from leasework.backoff import retry_or_dead
 from leasework.job import Job
-from leasework.outcomes import Outcome
+from leasework.outcomes import Outcome, RetryDefaults, retry_outcome
 from leasework.states import Status
 from leasework.worker.execution import HandlerResult, describe
 from leasework.worker.heartbeat import CancelReason
-
-
-@dataclass(frozen=True)
-class RetryDefaults:
-    """The backoff of a job whose row carries none of its own (the settings')."""
-
-    base: float
-    cap: float
-
-
-def retry_outcome(
-    job: Job,
-    error: str,
-    defaults: RetryDefaults,
-    *,
-    permanent: bool = False,
-    immediate: bool = False,
-) -> Outcome:
-    """``failed`` with the job's own backoff (else the defaults), or ``dead``."""
-    decision = retry_or_dead(
-        job.attempt,
-        job.max_attempts,
-        job.retry_base or defaults.base,
-        job.retry_cap or defaults.cap,
-        permanent=permanent,
-        immediate=immediate,
-    )
-    return Outcome(decision.status, error, retry_in=decision.delay)
 
 
 def outcome_of(

@@ -44,6 +44,7 @@ from leasework.app import App
 from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.db import Database
 from leasework.lease import Leases
+from leasework.outcomes import RetryDefaults
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor
 from leasework.worker.claim import Claimer, ClaimStage, Started
@@ -51,7 +52,6 @@ from leasework.worker.completer import Completer, UnsafeCompleter, record
 from leasework.worker.consumer import Consumed, consume, consumer_config, unexpected
 from leasework.worker.heartbeat import CancelReason, Heartbeat, Presence, presence_loop
 from leasework.worker.offsets import Offsets
-from leasework.worker.outcome import RetryDefaults
 from leasework.worker.slots import Slots
 
 GRACEFUL_FRACTION = 0.75  # of shutdown_timeout, that running jobs get to finish

@@ -7,10 +7,11 @@ import dataclasses
 import pytest
 
 from leasework.job import Job
+from leasework.outcomes import RetryDefaults, retry_outcome
 from leasework.states import Status
 from leasework.worker.execution import HandlerResult
 from leasework.worker.heartbeat import CancelReason
-from leasework.worker.outcome import RetryDefaults, effect_failure, outcome_of, retry_outcome
+from leasework.worker.outcome import effect_failure, outcome_of
 from tests.unit.test_worker_timing import make_job
 
 TINY = RetryDefaults(base=1e-6, cap=1e-6)  # a retry within a microsecond
