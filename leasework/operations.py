@@ -44,7 +44,7 @@ from leasework.jsonlimits import whole_numbers
 from leasework.states import RETRYABLE, Status
 from leasework.store import operators
 from leasework.store.jobs import TIME_FIELDS, JobFilter
-from leasework.validation import parse_run_at
+from leasework.submission import parse_run_at
 
 BULK_RETRY_LIMIT = 10_000  # jobs one bulk retry requeues at most, at either door
 

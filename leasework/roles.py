@@ -141,7 +141,7 @@ async def run_relay(settings: Settings, app: App | None = None) -> None:
 
 
 async def run_worker(settings: Settings, app: App) -> None:
-    # the producer, the completer, the heartbeat and fenced effects: handlers hold none
+    # the claimer, the completer, the heartbeat and fenced effects: handlers hold none
     db = Database(settings.postgres_dsn, max_size=8, name="worker")
     health = Health()
     health.add("postgres", postgres_probe(db))

@@ -8,6 +8,7 @@ same words and writes the same row.
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,27 @@ MAX_BATCH = 1000
 # what Python's datetime can hold after conversion to UTC; Postgres holds more
 MIN_RUN_AT = datetime(1, 1, 2, tzinfo=UTC)
 MAX_RUN_AT = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+# RFC 3339 with an offset the store can keep (Postgres: under 16 hours either way)
+RFC3339_PATTERN = (
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-](0\d|1[0-5]):[0-5]\d)$"
+)
+RFC3339 = re.compile(RFC3339_PATTERN)
+
+
+def parse_run_at(raw: Any) -> datetime | FieldError:
+    if not isinstance(raw, str) or not RFC3339.match(raw):
+        return FieldError(
+            "run_at",
+            "must be RFC 3339 with an offset under 16 hours, e.g. 2026-01-02T03:04:05Z",
+        )
+    try:
+        return datetime.fromisoformat(
+            raw.replace("z", "Z").replace("Z", "+00:00").replace("t", "T")
+        )
+    except ValueError as exc:
+        return FieldError("run_at", f"is not a real time ({exc})")
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from leasework.api.bodies import invalid, off_loop, parse_body
 from leasework.api.context import ApiContext
 from leasework.api.limits import MAX_BATCH_STRUCTURE
 from leasework.api.problems import Problem
+from leasework.api.validation import batch_requests, job_request
 from leasework.errors import FieldError
 from leasework.jsonlimits import compact
 from leasework.submission import MAX_KEY_CHARS, JobRequest, insert_row
-from leasework.validation import batch_requests, job_request
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -4,10 +4,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from leasework.api.validation import batch_requests, job_request
 from leasework.demo import app
 from leasework.errors import FieldError
 from leasework.submission import MAX_BATCH, JobRequest
-from leasework.validation import batch_requests, job_request
 
 
 def fields(result):

@@ -1,22 +1,15 @@
-"""HTTP request bodies, pure: parsed JSON in, a :class:`~leasework.submission.JobRequest` (or
+"""The api's request bodies, pure: parsed JSON in, a :class:`~leasework.submission.JobRequest` (or
 every field error) out. The checks every door shares are in :mod:`leasework.submission`."""
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
 from typing import Any
 
 from leasework.app import App
 from leasework.errors import FieldError
 from leasework.jsonlimits import whole_numbers
-from leasework.submission import MAX_BATCH, JobRequest, request_errors
+from leasework.submission import MAX_BATCH, JobRequest, parse_run_at, request_errors
 
-# RFC 3339 with an offset the store can keep (Postgres: under 16 hours either way)
-RFC3339_PATTERN = (
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?([Zz]|[+-](0\d|1[0-5]):[0-5]\d)$"
-)
-RFC3339 = re.compile(RFC3339_PATTERN)
 KNOWN_FIELDS = frozenset(
     {
         "type",
@@ -29,20 +22,6 @@ KNOWN_FIELDS = frozenset(
     }
 )
 BATCH_ITEM_FIELDS = KNOWN_FIELDS | {"idempotency_key"}
-
-
-def parse_run_at(raw: Any) -> datetime | FieldError:
-    if not isinstance(raw, str) or not RFC3339.match(raw):
-        return FieldError(
-            "run_at",
-            "must be RFC 3339 with an offset under 16 hours, e.g. 2026-01-02T03:04:05Z",
-        )
-    try:
-        return datetime.fromisoformat(
-            raw.replace("z", "Z").replace("Z", "+00:00").replace("t", "T")
-        )
-    except ValueError as exc:
-        return FieldError("run_at", f"is not a real time ({exc})")
 
 
 def job_request(
