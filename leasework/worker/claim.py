@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from typing import Literal
 
@@ -72,27 +72,18 @@ class ClaimResult:
     reseeded: bool = False
 
 
+@dataclass
 class Claimer:
     """Claims a batch of jobs for the worker called ``name``, under leases of ``ttl`` s."""
 
-    def __init__(
-        self,
-        db: Database,
-        leases: Leases,
-        app: App,
-        *,
-        name: str,
-        ttl: float,
-        retry_base: float,
-        retry_cap: float,
-    ) -> None:
-        self.db = db
-        self.leases = leases
-        self.app = app
-        self.name = name
-        self.ttl = ttl
-        self.retry_base = retry_base
-        self.retry_cap = retry_cap
+    db: Database
+    leases: Leases
+    app: App
+    _: KW_ONLY
+    name: str
+    ttl: float
+    retry_base: float
+    retry_cap: float
 
     async def claim(self, job_ids: list[uuid.UUID]) -> ClaimResult:
         """Claim what can be claimed of ``job_ids`` (distinct, in message order). Redis and
@@ -232,26 +223,18 @@ def split(messages: list[Consumed]) -> Batch:
     return Batch(first, skipped)
 
 
+@dataclass
 class ClaimStage:
     """Every message it receives ends here (finished, or left for redelivery) or goes on to
     ``started`` with its job, still holding its slot."""
 
-    def __init__(
-        self,
-        claimer: Claimer,
-        offsets: Offsets,
-        slots: Slots,
-        stopping: Stopping,
-        started: trio.MemorySendChannel[tuple[Consumed, Started]],
-        *,
-        ttl: float,
-    ) -> None:
-        self.claimer = claimer
-        self.offsets = offsets
-        self.slots = slots
-        self.stopping = stopping
-        self.started = started
-        self.ttl = ttl
+    claimer: Claimer
+    offsets: Offsets
+    slots: Slots
+    stopping: Stopping
+    started: trio.MemorySendChannel[tuple[Consumed, Started]]
+    _: KW_ONLY
+    ttl: float
 
     async def run(self, batches: trio.MemoryReceiveChannel[list[Consumed]]) -> None:
         """Claim each batch in a task of its own (several batches may be claimed at once),
