@@ -55,8 +55,12 @@ def storable(schema: Any) -> Any:
     out = {k: storable(v) for k, v in schema.items()}
     kinds = out.get("type")
     kinds = [kinds] if isinstance(kinds, str) else (kinds or [])
-    if "string" in kinds and not {"pattern", "enum", "const", "format"} & set(out):
-        out["pattern"] = NO_NUL
+    if "string" in kinds and not {"enum", "const"} & set(out):
+        if {"pattern", "format"} & set(out):  # a pattern of its own may admit NUL (a [^@] class)
+            if {"pattern": NO_NUL} not in out.get("allOf", []):
+                out["allOf"] = [*out.get("allOf", []), {"pattern": NO_NUL}]
+        else:
+            out["pattern"] = NO_NUL
     if ("object" in kinds or "properties" in out) and out.get("additionalProperties") is not False:
         out.setdefault("propertyNames", {"pattern": NO_NUL})
         out.setdefault("additionalProperties", {"$ref": REF.format(model="Storable")})
