@@ -113,9 +113,9 @@ soak *args: bootstrap
 chaos-list: bootstrap
     {{python}} -m chaos list
 
-# api, relay and worker in one process on your app, e.g. `just dev greetings:app` (Ctrl-C stops it)
+# api, relay and worker in one process on your app, e.g. `just dev greetings:app` (Ctrl-C stops it); on 8080, where `just cli` looks: after `just up-infra`
 dev app: bootstrap
-    LEASEWORK_OPS_ADDR="${LEASEWORK_OPS_ADDR:-127.0.0.1:8000}" {{python}} -m leasework dev --app {{app}}
+    {{python}} -m leasework dev --app {{app}}
 
 # how long /readyz and an honest submit take while attackers send every route its worst bodies; writes reports/bystander/<time>/ (`just bystander --help`)
 bystander *args: bootstrap

@@ -77,9 +77,34 @@ def run_role(role: str, args: list[str] | None = None) -> int:
 
     from leasework.roles import LONG_RUNNING, prepare
 
+    if (taken := address_taken(settings.ops_addr)) is not None:
+        print(f"leasework {role}: {taken}", file=sys.stderr)
+        return 2
     prepare(app)
     trio.run(LONG_RUNNING[role], settings, app)
     return 0
+
+
+def address_taken(addr: tuple[str, int] | None) -> str | None:
+    """Why ``addr`` cannot be listened on (another process holds it), or None."""
+    import errno
+    import socket
+
+    if addr is None:
+        return None
+    with socket.socket(socket.AF_INET6 if ":" in addr[0] else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return None  # let the server say what is wrong
+            return (
+                f"{addr[0]}:{addr[1]} is already in use (the stack's api, if `just up` is "
+                "running: `just up-infra` starts the dependencies alone for `just dev`); "
+                "or set LEASEWORK_OPS_ADDR to another address"
+            )
+    return None
 
 
 def _print(value: Any) -> None:
@@ -206,8 +231,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int)
     p = sub.add_parser("smoke", help="submit a noop job and wait for it to succeed")
     p.add_argument("--timeout", type=float, default=60.0)
+    p = sub.add_parser("config", help="print the effective configuration of a role, secrets masked")
+    p.add_argument("role", nargs="?", default="api", choices=ROLES)
     token_cli.add_parser(sub)
+    from leasework import doctor
+
+    doctor.add_parser(sub)
     return parser
+
+
+def print_config(role: str) -> int:
+    """``leasework config ROLE``: every setting the role would run with, where it came from
+    (a variable, the ``LEASEWORK_CONFIG`` file, or the default), secrets masked."""
+    try:
+        rows = config.effective(role)
+    except config.ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, source in rows:
+        print(f"{name:<{width}} = {value!r:<40} # {source}")
+    return 0
 
 
 Command = Callable[["Client", argparse.Namespace, argparse.ArgumentParser], int]
@@ -312,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "token":
         return token_cli.run(args)
+    if args.command == "doctor":
+        from leasework import doctor
+
+        return doctor.run(args)
+    if args.command == "config":
+        return print_config(args.role)
 
     from leasework.client import DEFAULT_URL, ApiError, Client
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS
 
@@ -20,7 +21,7 @@ DEFAULT_OPS_ADDR = {
     "api": "127.0.0.1:8080",
     "worker": "127.0.0.1:9101",
     "relay": "127.0.0.1:9102",
-    "dev": "127.0.0.1:8000",
+    "dev": "127.0.0.1:8080",  # where the api answers, so the CLI and the client find it
     "migrate": "",
 }
 # roles that run the user's job types, and so need LEASEWORK_APP
@@ -34,6 +35,24 @@ UNSAFE_LEASE_MODE = "unsafe-plain-ttl"
 
 class ConfigError(ValueError):
     """A LEASEWORK_* variable holds a value the process cannot use."""
+
+
+# every variable load() reads, by suffix: the keys a configuration file may hold (lower case)
+SETTING_VARIABLES = (
+    "PROCESS_NAME",
+    "LOG_LEVEL",
+    "OPS_ADDR",
+    "POSTGRES_DSN",
+    "REDIS_ADDR",
+    "KAFKA_BROKERS",
+    "LEASE_MODE",
+    "I_ACCEPT_DUPLICATE_EFFECTS",
+    "PROMETHEUS_URL",
+    "TRUSTED_PROXIES",
+    "INTERNAL_ADDR",
+    "CONSUMER_GROUP",
+    "APP",
+)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -198,8 +217,9 @@ Getter = Callable[[str], str | None]
 
 
 def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
-    """Read the settings of ``role`` from ``environ`` (default: the process environment)."""
-    env = os.environ if environ is None else environ
+    """Read the settings of ``role`` from ``environ`` (default: the process environment) and
+    the TOML file ``LEASEWORK_CONFIG`` names, if any; a variable wins over the file."""
+    env = merged_environment(os.environ if environ is None else environ)
 
     def get(suffix: str) -> str | None:
         value = env.get(f"LEASEWORK_{suffix}")
@@ -297,3 +317,79 @@ def _app(role: str, app: str | None) -> str:
             "with noop, sleep, fail, ledger and echo is leasework.demo:app)"
         )
     return app
+
+
+def known_keys() -> tuple[str, ...]:
+    """The keys a configuration file may hold: every ``LEASEWORK_*`` suffix, in lower case."""
+    return tuple(s.lower() for s in (*SETTING_VARIABLES, *DURATIONS, *INTEGERS))
+
+
+def read_file(path: str) -> dict[str, str]:
+    """A TOML configuration file as ``LEASEWORK_*`` variables. Its keys are the variables'
+    suffixes in lower case (``postgres_dsn``, ``lease_ttl``); values are strings, numbers,
+    booleans or, for lists (``kafka_brokers``, ``trusted_proxies``), arrays of strings."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"LEASEWORK_CONFIG={path!r} cannot be read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"LEASEWORK_CONFIG={path!r} is not valid TOML: {exc}") from None
+    allowed = set(known_keys())
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key(s) {', '.join(unknown)}; a configuration file holds "
+            f"{', '.join(sorted(allowed))}"
+        )
+    variables = {}
+    for key, value in data.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            text = ",".join(value)
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, str | int | float):
+            text = str(value)
+        else:
+            raise ConfigError(f"{path}: {key} must be a string, a number or a list of strings")
+        variables[f"LEASEWORK_{key.upper()}"] = text
+    return variables
+
+
+def merged_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` over the file ``LEASEWORK_CONFIG`` names (the variables win)."""
+    path = (environ.get("LEASEWORK_CONFIG") or "").strip()
+    return {**(read_file(path) if path else {}), **environ}
+
+
+def masked(value: str) -> str:
+    """``value`` with any password in it hidden: a URL's ``user:password@``, a key=value
+    connection string's ``password=...``."""
+    value = re.sub(r"(://[^:/@\s]+:)[^@\s]+@", r"\1***@", value)
+    return re.sub(r"\b(password|sslpassword)=('[^']*'|\S+)", r"\1=***", value)
+
+
+def effective(role: str, environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """Every setting of ``role`` as (name, value with secrets masked, where it came from:
+    ``env``, the file, or ``default``), for ``leasework config``."""
+    env = os.environ if environ is None else environ
+    path = (env.get("LEASEWORK_CONFIG") or "").strip()
+    from_file = read_file(path) if path else {}
+    settings = load(role, env)
+    rows = []
+    for field_ in fields(Settings):
+        variable = f"LEASEWORK_{field_.name.upper()}"
+        if field_.name == "role":
+            source = "argument"
+        elif variable in env:
+            source = "env"
+        else:
+            source = path if variable in from_file else "default"
+        value = getattr(settings, field_.name)
+        if isinstance(value, tuple) and field_.name in ("ops_addr", "redis_addr", "internal_addr"):
+            value = f"{value[0]}:{value[1]}"
+        elif isinstance(value, tuple):
+            value = ",".join(str(v) for v in value)
+        text = "" if value is None else masked(str(value))
+        rows.append((field_.name, text, source))
+    return rows

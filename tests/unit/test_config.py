@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from leasework import config
@@ -15,7 +17,11 @@ def test_defaults_follow_the_seed_ports():
     assert load("api", {}).ops_addr == ("127.0.0.1", 8080)
     assert load("worker", {}).ops_addr == ("127.0.0.1", 9101)
     assert load("relay", {}).ops_addr == ("127.0.0.1", 9102)
-    assert load("dev", {}).ops_addr == ("127.0.0.1", 8000)
+    # dev answers where the api does, so the CLI and leasework.Client() find it
+    assert load("dev", {}).ops_addr == load("api", {}).ops_addr
+    from leasework.client import DEFAULT_URL
+
+    assert DEFAULT_URL.startswith("http://127.0.0.1:8080") or "LEASEWORK_API_URL" in os.environ
 
 
 @pytest.mark.parametrize("role", ["api", "worker", "dev"])
@@ -135,3 +141,63 @@ def test_what_a_request_may_cost_and_whom_to_trust_are_configurable():
         config.load("api", {"LEASEWORK_APP": "m:a", "LEASEWORK_TRUSTED_PROXIES": "nope"})
     with pytest.raises(ConfigError, match="LEASEWORK_MAX_FORM_BYTES"):
         config.load("api", {"LEASEWORK_APP": "m:a", "LEASEWORK_MAX_FORM_BYTES": "10"})
+
+
+def test_a_configuration_file_is_read_and_a_variable_wins(tmp_path):
+    from leasework.config import load
+
+    path = tmp_path / "leasework.toml"
+    path.write_text(
+        'postgres_dsn = "postgresql://a:b@db/lw"\nlease_ttl = "20s"\n'
+        'kafka_brokers = ["k1:9092", "k2:9092"]\nworker_concurrency = 8\n'
+    )
+    settings = load("relay", {"LEASEWORK_CONFIG": str(path), "LEASEWORK_LEASE_TTL": "30s"})
+    assert settings.postgres_dsn == "postgresql://a:b@db/lw"
+    assert settings.kafka_brokers == ("k1:9092", "k2:9092")
+    assert settings.worker_concurrency == 8
+    assert settings.lease_ttl == 30.0  # the variable, not the file
+
+
+def test_a_configuration_file_with_an_unknown_key_or_bad_toml_is_refused(tmp_path):
+    from leasework.config import load
+
+    path = tmp_path / "leasework.toml"
+    path.write_text('postgres_dns = "typo"\n')
+    with pytest.raises(ConfigError, match="unknown key.*postgres_dns.*postgres_dsn"):
+        load("relay", {"LEASEWORK_CONFIG": str(path)})
+    path.write_text("lease_ttl = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load("relay", {"LEASEWORK_CONFIG": str(path)})
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load("relay", {"LEASEWORK_CONFIG": str(tmp_path / "missing.toml")})
+    path.write_text('lease_ttl = "0s"\n')  # the file's values are checked like variables
+    with pytest.raises(ConfigError, match="LEASEWORK_LEASE_TTL"):
+        load("relay", {"LEASEWORK_CONFIG": str(path)})
+
+
+def test_the_effective_configuration_says_where_each_setting_came_from_and_masks_secrets(
+    tmp_path,
+):
+    from leasework.config import effective
+
+    path = tmp_path / "leasework.toml"
+    path.write_text('postgres_dsn = "postgresql://lw:hunter2@db/lw"\n')
+    rows = {
+        name: (value, source)
+        for name, value, source in effective(
+            "relay", {"LEASEWORK_CONFIG": str(path), "LEASEWORK_LEASE_TTL": "30s"}
+        )
+    }
+    assert rows["postgres_dsn"] == ("postgresql://lw:***@db/lw", str(path))
+    assert rows["lease_ttl"] == ("30.0", "env")
+    assert rows["relay_tick"][1] == "default"
+    assert "hunter2" not in repr(rows)
+
+
+def test_passwords_are_masked_in_urls_and_connection_strings():
+    from leasework.config import masked
+
+    assert masked("postgresql://u:p%40ss@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert masked("rediss://default:pw@h:6380/0") == "rediss://default:***@h:6380/0"
+    assert masked("host=h password='a b' user=u") == "host=h password=*** user=u"
+    assert masked("host=h user=u") == "host=h user=u"
