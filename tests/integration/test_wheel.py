@@ -1,12 +1,17 @@
 """The wheel alone: built from this checkout, installed into a fresh virtual environment with
-only its declared dependencies, run from outside the checkout. (No stack needed; it is here
-because it installs from the package index and takes some seconds.)"""
+only its declared dependencies, run from outside the checkout: its migrations apply, and its
+api serves the console's templates and stylesheet, against the stack's Postgres."""
 
+import os
+import socket
 import subprocess
 import sys
+import time
 import venv
 import zipfile
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,3 +62,53 @@ def test_the_wheel_installs_alone_and_runs(tmp_path: Path) -> None:
         timeout=60,
     )
     assert imported.returncode == 0, imported.stderr
+
+    # the migrations ship inside it (the stack's database is current: nothing to apply)
+    migrated = subprocess.run(
+        [str(env_dir / "bin" / "leasework"), "migrate"],
+        cwd=outside,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    assert '"applied"' in migrated.stdout
+
+    # its api runs from the wheel: templates and the stylesheet are inside it
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "LEASEWORK_APP": "leasework.demo:app",
+        "LEASEWORK_OPS_ADDR": f"127.0.0.1:{port}",
+        "LEASEWORK_PROCESS_NAME": "api-from-wheel",
+    }
+    log = tmp_path / "api.log"
+    with log.open("w") as out:
+        api = subprocess.Popen(
+            [str(env_dir / "bin" / "leasework"), "api"],
+            cwd=outside,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert api.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the api from the wheel never answered"
+            time.sleep(0.2)
+        login = httpx.get(f"{base}/ui/login", timeout=5)
+        assert login.status_code == 200 and "<form" in login.text
+        stylesheet = httpx.get(f"{base}/ui/static/console.css", timeout=5)
+        assert stylesheet.status_code == 200 and stylesheet.text.strip()
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
