@@ -37,6 +37,23 @@ class ConfigError(ValueError):
     """A LEASEWORK_* variable holds a value the process cannot use."""
 
 
+# librdkafka properties passed to every Kafka client leasework makes (producer, consumer,
+# admin): LEASEWORK_RDKAFKA_SASL_MECHANISM=SCRAM-SHA-512 is sasl.mechanism (each _ a dot; __
+# a literal underscore). What the promise rests on cannot be changed this way.
+RDKAFKA_PREFIX = "LEASEWORK_RDKAFKA_"
+RDKAFKA_FIXED = frozenset(
+    {
+        "bootstrap.servers",  # LEASEWORK_KAFKA_BROKERS
+        "acks",
+        "enable.idempotence",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "group.id",  # LEASEWORK_CONSUMER_GROUP
+        "auto.offset.reset",
+        "isolation.level",
+    }
+)
+
 # every variable load() reads, by suffix: the keys a configuration file may hold (lower case)
 SETTING_VARIABLES = (
     "PROCESS_NAME",
@@ -182,6 +199,8 @@ class Settings:
     # api: a second, internal listener for /metrics and the detailed /readyz; when set, the
     # api port serves neither /metrics nor dependency errors
     internal_addr: tuple[str, int] | None = None
+    # every Kafka client: further librdkafka properties (LEASEWORK_RDKAFKA_*), e.g. SASL, TLS
+    kafka_properties: tuple[tuple[str, str], ...] = ()
 
 
 # variable -> (attribute, whether "never" is allowed)
@@ -239,6 +258,7 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     values["ops_addr"] = parse_addr("LEASEWORK_OPS_ADDR", ops) if ops else None
 
     values.update(_dependencies(get))
+    values["kafka_properties"] = kafka_properties(env)
     for suffix, (attr, allow_never) in DURATIONS.items():
         if (raw := get(suffix)) is not None:
             values[attr] = parse_positive_duration(
@@ -336,11 +356,11 @@ def read_file(path: str) -> dict[str, str]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"LEASEWORK_CONFIG={path!r} is not valid TOML: {exc}") from None
     allowed = set(known_keys())
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(k for k in set(data) - allowed if not k.startswith("rdkafka_"))
     if unknown:
         raise ConfigError(
             f"{path}: unknown key(s) {', '.join(unknown)}; a configuration file holds "
-            f"{', '.join(sorted(allowed))}"
+            f"{', '.join(sorted(allowed))} and rdkafka_* (librdkafka properties)"
         )
     variables = {}
     for key, value in data.items():
@@ -369,6 +389,11 @@ def masked(value: str) -> str:
     return re.sub(r"\b(password|sslpassword)=('[^']*'|\S+)", r"\1=***", value)
 
 
+def masked_property(name: str, value: str) -> str:
+    """A librdkafka property's value for printing: a password or key hidden."""
+    return "***" if re.search(r"password|secret|key\.pem|keystore", name) else value
+
+
 def effective(role: str, environ: Mapping[str, str] | None = None) -> list[tuple[str, str, str]]:
     """Every setting of ``role`` as (name, value with secrets masked, where it came from:
     ``env``, the file, or ``default``), for ``leasework config``."""
@@ -388,8 +413,34 @@ def effective(role: str, environ: Mapping[str, str] | None = None) -> list[tuple
         value = getattr(settings, field_.name)
         if isinstance(value, tuple) and field_.name in ("ops_addr", "redis_addr", "internal_addr"):
             value = f"{value[0]}:{value[1]}"
+        elif field_.name == "kafka_properties":
+            value = ",".join(f"{k}={masked_property(k, v)}" for k, v in value)
+            source = "env" if any(v.startswith(RDKAFKA_PREFIX) for v in env) else source
         elif isinstance(value, tuple):
             value = ",".join(str(v) for v in value)
         text = "" if value is None else masked(str(value))
         rows.append((field_.name, text, source))
     return rows
+
+
+def rdkafka_property(variable: str) -> str:
+    """The librdkafka property a ``LEASEWORK_RDKAFKA_*`` variable sets."""
+    suffix = variable[len(RDKAFKA_PREFIX) :].lower()
+    return ".".join(part.replace("\0", "_") for part in suffix.replace("__", "\0").split("_"))
+
+
+def kafka_properties(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The librdkafka properties ``environ`` passes through, sorted; refuses one that would
+    change what the promise rests on."""
+    found = {}
+    for variable, value in environ.items():
+        if not variable.startswith(RDKAFKA_PREFIX) or variable == RDKAFKA_PREFIX:
+            continue
+        name = rdkafka_property(variable)
+        if name in RDKAFKA_FIXED:
+            raise ConfigError(
+                f"{variable} would set {name}, which leasework fixes (the promise rests on it, "
+                "or another variable sets it); remove it"
+            )
+        found[name] = value.strip()
+    return tuple(sorted(found.items()))

@@ -438,13 +438,12 @@ def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> 
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource
 
-    from leasework.kafka import producer_config
+    from leasework.kafka import client_config, producer_config
 
     brokers = ",".join(settings.kafka_brokers)
     admin = AdminClient(
         {
-            "bootstrap.servers": brokers,
-            "client.id": "leasework-doctor",
+            **client_config(settings.kafka_brokers, "leasework-doctor", settings.kafka_properties),
             "socket.connection.setup.timeout.ms": 3000,
             "log_level": 0,
         }
@@ -489,7 +488,9 @@ def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> 
                 "check LEASEWORK_KAFKA_BROKERS and that the brokers run (just up)",
             )
         ]
-    producer = producer_config(settings.kafka_brokers, "leasework-doctor")
+    producer = producer_config(
+        settings.kafka_brokers, "leasework-doctor", settings.kafka_properties
+    )
     return kafka_checks(topics, producer, options, settings.topic_ready)
 
 

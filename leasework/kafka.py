@@ -13,20 +13,35 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+Properties = Sequence[tuple[str, str]]  # further librdkafka properties (Settings.kafka_properties)
 
-def producer_config(brokers: Sequence[str], client_id: str) -> dict:
-    return {
-        "bootstrap.servers": ",".join(brokers),
-        "client.id": client_id,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 5,
+
+def client_config(
+    brokers: Sequence[str], client_id: str, extra: Properties = (), **properties: object
+) -> dict:
+    """Every Kafka client leasework makes: where the brokers are, who it is, its own
+    ``properties`` (dots written as underscores: ``socket_timeout_ms``), and last the
+    deployment's further ones (SASL, TLS, tuning: ``LEASEWORK_RDKAFKA_*``), which cannot touch
+    what the promise rests on (:data:`leasework.config.RDKAFKA_FIXED`, refused when the
+    settings are read)."""
+    own = {name.replace("_", "."): value for name, value in properties.items()}
+    return {"bootstrap.servers": ",".join(brokers), "client.id": client_id, **own, **dict(extra)}
+
+
+def producer_config(brokers: Sequence[str], client_id: str, extra: Properties = ()) -> dict:
+    return client_config(
+        brokers,
+        client_id,
+        extra,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
         # a batch that cannot be acknowledged in this long is reported failed and retried
         # by the relay from the outbox, which still holds it
-        "message.timeout.ms": 15_000,
-        "socket.connection.setup.timeout.ms": 5_000,
-        "reconnect.backoff.max.ms": 2_000,
-    }
+        message_timeout_ms=15_000,
+        socket_connection_setup_timeout_ms=5_000,
+        reconnect_backoff_max_ms=2_000,
+    )
 
 
 @dataclass(frozen=True)
@@ -38,8 +53,8 @@ class PublishResult:
 class BlockingPublisher:
     """Publish a batch and wait for every delivery report. Blocking: call from a thread."""
 
-    def __init__(self, brokers: Sequence[str], client_id: str) -> None:
-        self.producer = Producer(producer_config(brokers, client_id))
+    def __init__(self, brokers: Sequence[str], client_id: str, extra: Properties = ()) -> None:
+        self.producer = Producer(producer_config(brokers, client_id, extra))
 
     def publish(
         self, messages: Sequence[tuple[str, str, object, dict]], timeout: float

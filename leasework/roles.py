@@ -17,7 +17,7 @@ from leasework.app import App
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.health import Health
-from leasework.kafka import cluster_probe
+from leasework.kafka import client_config, cluster_probe
 from leasework.service import Stopping, run_service
 from leasework.worker.process import Worker
 
@@ -50,11 +50,12 @@ def redis_probe(settings: Settings):
 
 def kafka_probe(settings: Settings, topics: list[str]):
     admin = AdminClient(
-        {
-            "bootstrap.servers": ",".join(settings.kafka_brokers),
-            "client.id": f"{settings.process_name}-probe",
-            "socket.connection.setup.timeout.ms": 3000,
-        }
+        client_config(
+            settings.kafka_brokers,
+            f"{settings.process_name}-probe",
+            settings.kafka_properties,
+            socket_connection_setup_timeout_ms=3000,
+        )
     )
     limiter = trio.CapacityLimiter(1)
 

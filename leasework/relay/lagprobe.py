@@ -12,21 +12,24 @@ used 5% of a core starting a probe every 5 s).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 from confluent_kafka import Consumer, KafkaException
 
-from leasework.kafka import group_lag
+from leasework.config import kafka_properties, merged_environment
+from leasework.kafka import client_config, group_lag
 
 
 def main(argv: list[str]) -> int:
     brokers, group, topic, *every = argv
     interval = float(every[0]) if every else None
+    # the relay's environment, and so its LEASEWORK_RDKAFKA_* properties (SASL, TLS)
+    extra = kafka_properties(merged_environment(os.environ))
     probe = Consumer(
         {
-            "bootstrap.servers": brokers,
-            "client.id": "leasework-lagprobe",
+            **client_config(brokers.split(","), "leasework-lagprobe", extra),
             "group.id": group,  # reads the group's committed offsets; never subscribes
             "enable.auto.commit": False,
             "socket.connection.setup.timeout.ms": 3000,

@@ -46,7 +46,9 @@ async def run(
 ) -> None:
     """Run every service until ``stopping``; ``conditions`` are the process's health
     conditions (the outbox relay's says when Kafka does not acknowledge)."""
-    publisher = BlockingPublisher(settings.kafka_brokers, settings.process_name)
+    publisher = BlockingPublisher(
+        settings.kafka_brokers, settings.process_name, settings.kafka_properties
+    )
     async with trio.open_nursery() as nursery:
         for service in services(settings, db, publisher, conditions):
             nursery.start_soon(service.run)

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Message
 
 from leasework import metrics
 from leasework.config import Settings
+from leasework.kafka import client_config
 from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
@@ -42,10 +43,8 @@ class Consumed:
 
 
 def consumer_config(settings: Settings) -> dict:
-    return {
-        "bootstrap.servers": ",".join(settings.kafka_brokers),
+    config = {
         "group.id": settings.consumer_group,
-        "client.id": settings.process_name,
         # offsets are stored by the worker once a job's outcome is durable, and committed
         # by librdkafka in the background (plus synchronously on revoke and shutdown)
         "enable.auto.commit": True,
@@ -60,6 +59,8 @@ def consumer_config(settings: Settings) -> dict:
         # an idle partition waits on the broker (long poll), not in a tight fetch loop
         "fetch.wait.max.ms": 500,
     }
+    base = client_config(settings.kafka_brokers, settings.process_name)
+    return {**base, **config, **dict(settings.kafka_properties)}
 
 
 def receive(

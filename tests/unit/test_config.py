@@ -201,3 +201,57 @@ def test_passwords_are_masked_in_urls_and_connection_strings():
     assert masked("rediss://default:pw@h:6380/0") == "rediss://default:***@h:6380/0"
     assert masked("host=h password='a b' user=u") == "host=h password=*** user=u"
     assert masked("host=h user=u") == "host=h user=u"
+
+
+def test_librdkafka_properties_pass_through_to_every_kafka_client():
+    from leasework.kafka import producer_config
+    from leasework.worker.consumer import consumer_config
+
+    settings = load(
+        "worker",
+        {
+            "LEASEWORK_RDKAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "LEASEWORK_RDKAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "LEASEWORK_RDKAFKA_SASL_PASSWORD": "hunter2",
+            "LEASEWORK_RDKAFKA_SSL_CA_LOCATION": "/etc/ca.pem",
+            "LEASEWORK_RDKAFKA_FETCH_WAIT_MAX_MS": "100",  # a tuning knob may be changed
+        },
+    )
+    extra = dict(settings.kafka_properties)
+    assert extra["security.protocol"] == "SASL_SSL"
+    assert extra["ssl.ca.location"] == "/etc/ca.pem"
+    consumer = consumer_config(settings)
+    assert consumer["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert consumer["fetch.wait.max.ms"] == "100"
+    assert consumer["enable.auto.offset.store"] is False  # what the promise rests on stays
+    producer = producer_config(settings.kafka_brokers, "relay", settings.kafka_properties)
+    assert producer["security.protocol"] == "SASL_SSL"
+    assert producer["acks"] == "all" and producer["enable.idempotence"] is True
+    rows = {
+        name: value
+        for name, value, _ in config.effective(
+            "worker", {**APP, **{"LEASEWORK_RDKAFKA_SASL_PASSWORD": "hunter2"}}
+        )
+    }
+    assert "sasl.password=***" in rows["kafka_properties"] and "hunter2" not in repr(rows)
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "LEASEWORK_RDKAFKA_ACKS",
+        "LEASEWORK_RDKAFKA_ENABLE_IDEMPOTENCE",
+        "LEASEWORK_RDKAFKA_ENABLE_AUTO_OFFSET_STORE",
+        "LEASEWORK_RDKAFKA_BOOTSTRAP_SERVERS",
+    ],
+)
+def test_a_librdkafka_property_the_promise_rests_on_is_refused(variable):
+    with pytest.raises(ConfigError, match=f"{variable} would set"):
+        load("relay", {variable: "1"})
+
+
+def test_a_double_underscore_is_a_literal_underscore_in_the_property():
+    from leasework.config import rdkafka_property
+
+    assert rdkafka_property("LEASEWORK_RDKAFKA_SSL_KEY__PASSWORD") == "ssl.key_password"
+    assert rdkafka_property("LEASEWORK_RDKAFKA_SASL_USERNAME") == "sasl.username"
