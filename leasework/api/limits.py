@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from leasework.config import Settings
-from leasework.jsonlimits import MAX_BATCH_STRUCTURE  # noqa: F401  (the api's, kept with the value limits)
 
 
 class BodyKind(StrEnum):

@@ -20,11 +20,10 @@ from quart import request
 from leasework import metrics, store
 from leasework.api.bodies import invalid, off_loop, parse_body
 from leasework.api.context import ApiContext
-from leasework.api.limits import MAX_BATCH_STRUCTURE
 from leasework.api.problems import Problem
 from leasework.api.validation import batch_requests, job_request
 from leasework.errors import FieldError
-from leasework.jsonlimits import compact
+from leasework.jsonlimits import MAX_BATCH_STRUCTURE, compact
 from leasework.submission import MAX_KEY_CHARS, JobRequest, insert_row
 
 
