@@ -24,9 +24,9 @@ bootstrap:
         touch "$stamp"
     fi
 
-# provision and start everything: Postgres, Redis, Toxiproxy, 3 Kafka nodes, Alertmanager, Prometheus, then migrate, api, relay, workers
-up: bootstrap
-    {{stack}} up
+# provision and start everything: Postgres, Redis, Toxiproxy, 3 Kafka nodes, Alertmanager, Prometheus, then migrate, api, relay, workers; `just up --secure` runs leasework on the secured listeners only (TLS, SASL, ACL) until `just up --plain`
+up *mode: bootstrap
+    {{stack}} up {{mode}}
 
 # start only the infrastructure (no leasework processes)
 up-infra: bootstrap
@@ -68,13 +68,23 @@ cli *args: bootstrap
 test-unit: bootstrap
     {{python}} -m pytest tests/unit -q
 
-# every test: unit, then integration against the real stack (started if needed, reused if up), then API conformance
+# every test: unit, then integration against the real stack (started if needed, reused if up), then API conformance, then the connection tests once more with the stack secured
 test: bootstrap
     {{stack}} provision
     {{python}} -m pytest tests/unit -q
     {{stack}} up
     {{python}} -m pytest tests/integration -q
     {{python}} -m tools.conformance
+    just test-secured
+
+# the tests that touch a dependency's connection, with leasework's processes on the secured listeners (`up --secure`); the stack goes back to its mode before, pass or fail
+test-secured: bootstrap
+    #!/usr/bin/env bash
+    set -euo pipefail
+    before=$(cat "${LEASEWORK_STATE_DIR:-/var/tmp/leasework}/mode" 2>/dev/null || echo plain)
+    trap '{{stack}} up --$before' EXIT
+    {{stack}} up --secure
+    {{python}} -m pytest -q tests/integration/test_secured.py tests/integration/test_pipeline.py tests/integration/test_lease.py tests/integration/test_auth.py
 
 # schemathesis against /openapi.json, on an api and database of its own (see tools/conformance.py)
 conformance: bootstrap

@@ -35,7 +35,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("provision", help="install/download/build what the stack needs")
-    sub.add_parser("up", help="provision + start everything, wait until ready")
+    up = sub.add_parser("up", help="provision + start everything, wait until ready")
+    modes = up.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--secure",
+        dest="mode",
+        action="store_const",
+        const="secure",
+        help="leasework's processes use only the secured listeners (Kafka SASL_SSL with "
+        "SCRAM, Redis TLS with an ACL user, Postgres verify-full); kept until --plain",
+    )
+    modes.add_argument(
+        "--plain",
+        dest="mode",
+        action="store_const",
+        const="plain",
+        help="leasework's processes use the plain listeners (the default)",
+    )
     sub.add_parser("up-infra", help="like up, without the leasework processes")
     sub.add_parser("down", help="stop everything started (by recorded pid)")
     st = sub.add_parser("status", help="table of services: pid, alive, ready, address")
@@ -66,7 +82,7 @@ def run(args: argparse.Namespace, stack: Stack) -> int:
     if cmd == "provision":
         stack.provision()
     elif cmd == "up":
-        stack.up(apps=True)
+        stack.up(apps=True, mode=args.mode)
     elif cmd == "up-infra":
         stack.up(apps=False)
     elif cmd == "down":

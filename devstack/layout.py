@@ -8,7 +8,7 @@ inside the repo, because CI clones into a 0700 directory the ``postgres`` user c
 traverse)::
 
     logs/NAME.log  pids/NAME.pid  postgres/  redis/  kafka-N/  prometheus/
-    alertmanager/  toxiproxy/  kafka-cluster-id
+    alertmanager/  toxiproxy/  kafka-cluster-id  tls/  mode
 
 Cache dir (``LEASEWORK_CACHE_DIR``, default ``~/.cache/leasework``)::
 
@@ -31,6 +31,9 @@ POSTGRES_PORT = 15433
 POSTGRES_PROXY_PORT = 15432
 REDIS_PORT = 16380
 REDIS_PROXY_PORT = 16379
+# Redis's TLS port (the same server; the ACL user below) and its proxy
+REDIS_TLS_PORT = 16382
+REDIS_TLS_PROXY_PORT = 16381
 TOXIPROXY_API_PORT = 8474
 PROMETHEUS_PORT = 9090
 ALERTMANAGER_PORT = 9093
@@ -40,6 +43,13 @@ KAFKA_NODE_IDS = (1, 2, 3)
 PG_USER = "leasework"
 PG_PASSWORD = "leasework"
 PG_DATABASE = "leasework"
+
+# the secured listeners' users (a throwaway local stack's: not secrets): Redis's ACL user,
+# Kafka's SCRAM-SHA-512 user (also a PLAIN user with the same password)
+REDIS_ACL_USER = "leasework"
+REDIS_ACL_PASSWORD = "leasework-redis-secret"
+KAFKA_SECURE_USER = "leasework"
+KAFKA_SECURE_PASSWORD = "leasework-kafka-secret"
 
 
 # Each worker reaches Kafka through a listener and proxies of its own, so one worker's Kafka
@@ -63,6 +73,8 @@ def kafka_ports(node_id: int) -> dict[str, int]:
     * ``worker-1-proxy``   N9097 toxiproxy ``kafka-N-worker-1``, advertised by ``WORKER_1``
     * ``worker-2``         N9098 client listener ``WORKER_2``, upstream of ``kafka-N-worker-2``
     * ``worker-2-proxy``   N9099 toxiproxy ``kafka-N-worker-2``, advertised by ``WORKER_2``
+    * ``secure``           N9100 SASL_SSL listener ``SECURE``, upstream of ``kafka-N-secure``
+    * ``secure-proxy``     N9101 toxiproxy ``kafka-N-secure``, advertised by ``SECURE``
     """
     base = node_id * 10000 + 9092
     ports = {
@@ -74,6 +86,8 @@ def kafka_ports(node_id: int) -> dict[str, int]:
     for i, worker in enumerate(KAFKA_WORKERS):
         ports[worker] = base + 4 + 2 * i
         ports[f"{worker}-proxy"] = base + 5 + 2 * i
+    ports["secure"] = base + 8
+    ports["secure-proxy"] = base + 9
     return ports
 
 
@@ -93,6 +107,10 @@ KAFKA_WORKER_BROKERS: dict[str, str] = {
     worker: ",".join(addr(kafka_ports(n)[f"{worker}-proxy"]) for n in KAFKA_NODE_IDS)
     for worker in KAFKA_WORKERS
 }
+# What every leasework process bootstraps from in secure mode (toxiproxy kafka-N-secure ->
+# the SASL_SSL listener SECURE): one set of proxies for all, so in that mode one worker's
+# Kafka link cannot be cut apart from the others'.
+KAFKA_SECURE_BROKERS = ",".join(addr(kafka_ports(n)["secure-proxy"]) for n in KAFKA_NODE_IDS)
 # Inter-broker listeners: a direct, proxy-free path into the cluster. The supervisor's own
 # readiness checks and admin calls use it so that toxics never fool them.
 KAFKA_DIRECT_BOOTSTRAP = ",".join(addr(kafka_ports(n)["broker"]) for n in KAFKA_NODE_IDS)
@@ -134,10 +152,15 @@ SHOP_MAIL_URL = f"http://{HOST}:{SHOP_MAIL_PORT}"
 PROXIES: dict[str, tuple[int, int]] = {
     "postgres": (POSTGRES_PROXY_PORT, POSTGRES_PORT),
     "redis": (REDIS_PROXY_PORT, REDIS_PORT),
+    "redis-tls": (REDIS_TLS_PROXY_PORT, REDIS_TLS_PORT),
     **{f"kafka-{n}": (kafka_ports(n)["proxy"], kafka_ports(n)["external"]) for n in KAFKA_NODE_IDS},
     **{
         f"kafka-{n}-{worker}": (kafka_ports(n)[f"{worker}-proxy"], kafka_ports(n)[worker])
         for worker in KAFKA_WORKERS
+        for n in KAFKA_NODE_IDS
+    },
+    **{
+        f"kafka-{n}-secure": (kafka_ports(n)["secure-proxy"], kafka_ports(n)["secure"])
         for n in KAFKA_NODE_IDS
     },
 }
@@ -199,6 +222,23 @@ class Layout:
     @property
     def alertmanager_token_file(self) -> Path:
         return self.tokens_dir / "alertmanager.token"
+
+    @property
+    def tls_dir(self) -> Path:
+        """The throwaway CA and the secured listeners' certificates (devstack.tls)."""
+        return self.state_dir / "tls"
+
+    @property
+    def mode_file(self) -> Path:
+        """``plain`` or ``secure``: which listeners leasework's own processes use (``up
+        --secure`` / ``up --plain`` write it; ``up`` alone keeps it; absent: plain)."""
+        return self.state_dir / "mode"
+
+    def mode(self) -> str:
+        try:
+            return "secure" if self.mode_file.read_text().strip() == "secure" else "plain"
+        except FileNotFoundError:
+            return "plain"
 
     @property
     def kafka_libs(self) -> Path:

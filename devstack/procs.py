@@ -272,3 +272,22 @@ def describe(pid: int) -> str:
     if len(cmd) > 160:
         cmd = cmd[:157] + "..."
     return f"pid {pid} ({cmd})"
+
+
+def run_logged(
+    argv: Sequence[str], log: Path, heading: str, env: Mapping[str, str] | None = None
+) -> int:
+    """Run ``argv`` to completion, its output appended to ``log`` under a ``=== devstack
+    HEADING:`` line; the exit status."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        out.write(f"\n=== devstack {heading}: {' '.join(argv)}\n".encode())
+        out.flush()
+        return subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else dict(env),
+            check=False,
+        ).returncode

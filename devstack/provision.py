@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,18 +24,7 @@ POLICY_RC_D = Path("/usr/sbin/policy-rc.d")
 
 
 def _run(argv: Sequence[str], log_path: Path, what: str, env: dict[str, str] | None = None) -> None:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as out:
-        out.write(f"\n=== devstack provision: {' '.join(argv)}\n".encode())
-        out.flush()
-        rc = subprocess.run(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            check=False,
-        ).returncode
+    rc = procs.run_logged(argv, log_path, "provision", env)
     if rc != 0:
         raise StackError(f"provision: {what} failed (exit {rc})", log_path)
 
@@ -80,9 +68,12 @@ def ensure_system_packages(layout: Layout, need_mvn: bool = True) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     log.info("installing Debian packages: %s (log %s)", " ".join(missing), plog)
     with _no_daemon_autostart():
-        _run(["apt-get", "update"], plog, "apt-get update", env)
+        # another apt-get (a second session, unattended upgrades) may hold the dpkg lock
+        # for a while: wait for it rather than fail
+        wait = ["-o", "DPkg::Lock::Timeout=300"]
+        _run(["apt-get", *wait, "update"], plog, "apt-get update", env)
         _run(
-            ["apt-get", "install", "-y", "--no-install-recommends", *missing],
+            ["apt-get", *wait, "install", "-y", "--no-install-recommends", *missing],
             plog,
             "apt-get install",
             env,
@@ -186,9 +177,61 @@ def ensure_toxiproxy(layout: Layout) -> bool:
     return True
 
 
+def stack_ports() -> set[int]:
+    """Every port a process of the stack listens on."""
+    from .layout import (
+        ALERTMANAGER_PORT,
+        APPS,
+        KAFKA_NODE_IDS,
+        PROMETHEUS_PORT,
+        PROXIES,
+        SHOP_MAIL_PORT,
+        SHOP_PORT,
+        TOXIPROXY_API_PORT,
+        kafka_ports,
+    )
+
+    ports = {p for listen, upstream in PROXIES.values() for p in (listen, upstream)}
+    ports |= {p for n in KAFKA_NODE_IDS for p in kafka_ports(n).values()}
+    ports |= {port for _, port in APPS.values()}
+    return ports | {
+        ALERTMANAGER_PORT,
+        PROMETHEUS_PORT,
+        SHOP_MAIL_PORT,
+        SHOP_PORT,
+        TOXIPROXY_API_PORT,
+    }
+
+
+def reserved_ports_value(current: str, ephemeral: tuple[int, int], ports: set[int]) -> str:
+    """``ip_local_reserved_ports`` with the stack's ports inside the ephemeral range added
+    (pure): kafka-3's listen on 39092..39101, where the kernel also picks the source port of
+    an outgoing connection, and a broker restarted while one holds its port cannot bind."""
+    low, high = ephemeral
+    wanted = {str(p) for p in ports if low <= p <= high}
+    have = [part for part in current.strip().split(",") if part]
+    missing = sorted(wanted - set(have), key=int)
+    return ",".join([*have, *missing])
+
+
+def reserve_ports(proc: Path = Path("/proc/sys/net/ipv4")) -> None:
+    """Keep the kernel from handing out the stack's ports as source ports (root only; a
+    best effort: without it a clash shows as a broker that cannot bind, in its log)."""
+    try:
+        low, high = (int(x) for x in (proc / "ip_local_port_range").read_text().split())
+        path = proc / "ip_local_reserved_ports"
+        current = path.read_text()
+        value = reserved_ports_value(current, (low, high), stack_ports())
+        if value != current.strip():
+            path.write_text(value + "\n")
+    except (OSError, ValueError) as exc:
+        log.debug("could not reserve the stack's ports: %s", exc)
+
+
 def provision(layout: Layout) -> None:
     """Everything the stack needs on disk; cheap when already done."""
     layout.ensure_dirs()
+    reserve_ports()
     with step("provision: system packages"):
         ensure_system_packages(layout, need_mvn=not kafka_libs_cached(layout))
     with step("provision: kafka jars"):

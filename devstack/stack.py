@@ -28,7 +28,7 @@ from .services import Service, build_services
 from .services import toxiproxy as toxi
 from .services.apps import ensure_tokens
 from .services.apps import run_migrate as _run_migrate
-from .services.kafka_admin import cluster_problems, ensure_topics
+from .services.kafka_admin import cluster_problems, ensure_scram_user, ensure_topics
 from .services.prometheus import scratch_prometheus as _scratch_prometheus
 from .status import ServiceStatus
 
@@ -352,8 +352,12 @@ class Stack:
         :func:`services.prometheus.scratch_prometheus`)."""
         return _scratch_prometheus(self.layout, workdir, run=run)
 
-    def up(self, apps: bool = True, timeout: float | None = None) -> None:
+    def up(self, apps: bool = True, timeout: float | None = None, mode: str | None = None) -> None:
         """Provision, start everything not running, wait until all is ready. Idempotent.
+
+        ``mode`` (``plain`` or ``secure``) is which listeners leasework's own processes use
+        from now on (kept in the state dir; None keeps the current one); processes started in
+        the other mode are restarted, as any with outdated stack defaults.
 
         A running service started with an outdated configuration (see ``Service.stale``:
         a Kafka node's server.properties, a leasework process's stack defaults) is
@@ -361,6 +365,9 @@ class Stack:
         again (all brokers, leaders, ISR >= 2) before the next one goes down."""
         t0 = time.monotonic()
         with self._locked():
+            if mode is not None:
+                self.layout.ensure_dirs()
+                self.layout.mode_file.write_text(mode + "\n")
             self.provision()
             infra = self.names("infra")
             fresh = {}
@@ -370,6 +377,7 @@ class Stack:
                     fresh[name] = self._launch(name)[1]
             for name in infra:
                 self._settle(name, fresh[name], timeout)
+            self.restart_stale(("postgres", "redis"), timeout)
             with step("toxiproxy: reset toxics"):
                 toxi.reset()
             with step("kafka: topics"):
@@ -381,6 +389,8 @@ class Stack:
             self.restart_stale(
                 KAFKA_NAMES, timeout, then=lambda: self.wait_kafka_cluster(timeout or 120.0)
             )
+            with step("kafka: SCRAM user of the SECURE listeners"):
+                ensure_scram_user()
             if apps:
                 self._up_apps(timeout)
         log.info("up: done in %.1fs", time.monotonic() - t0)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS
+from leasework.redisconn import RedisTarget, RedisURLError, check_url
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -61,6 +62,11 @@ SETTING_VARIABLES = (
     "OPS_ADDR",
     "POSTGRES_DSN",
     "REDIS_ADDR",
+    "REDIS_URL",
+    "REDIS_CA",
+    "REDIS_SENTINELS",
+    "REDIS_SENTINEL_MASTER",
+    "REDIS_SENTINEL_PASSWORD",
     "KAFKA_BROKERS",
     "LEASE_MODE",
     "I_ACCEPT_DUPLICATE_EFFECTS",
@@ -153,7 +159,13 @@ class Settings:
     log_level: str = "info"
     ops_addr: tuple[str, int] | None = None
     postgres_dsn: str = "postgresql://leasework:leasework@127.0.0.1:15432/leasework"
-    redis_addr: tuple[str, int] = ("127.0.0.1", 16379)
+    # Redis: a redis:// or rediss:// URL (LEASEWORK_REDIS_ADDR=host:port is its short form),
+    # a CA for rediss://, and Sentinels that name the primary (leasework.redisconn)
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    redis_ca: str | None = None
+    redis_sentinels: tuple[str, ...] = ()
+    redis_sentinel_master: str = "leasework"
+    redis_sentinel_password: str | None = None
     kafka_brokers: tuple[str, ...] = ("127.0.0.1:19092", "127.0.0.1:29092", "127.0.0.1:39092")
     shutdown_timeout: float = 20.0
     # worker
@@ -201,6 +213,19 @@ class Settings:
     internal_addr: tuple[str, int] | None = None
     # every Kafka client: further librdkafka properties (LEASEWORK_RDKAFKA_*), e.g. SASL, TLS
     kafka_properties: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def redis(self) -> RedisTarget:
+        return RedisTarget(
+            url=self.redis_url,
+            ca_file=self.redis_ca,
+            sentinels=tuple(
+                (host, int(port))
+                for host, _, port in (s.rpartition(":") for s in self.redis_sentinels)
+            ),
+            sentinel_master=self.redis_sentinel_master,
+            sentinel_password=self.redis_sentinel_password,
+        )
 
 
 # variable -> (attribute, whether "never" is allowed)
@@ -286,8 +311,7 @@ def _dependencies(get: Getter) -> dict[str, object]:
                 "key=value connection string"
             )
         values["postgres_dsn"] = dsn
-    if (redis_addr := get("REDIS_ADDR")) is not None:
-        values["redis_addr"] = parse_addr("LEASEWORK_REDIS_ADDR", redis_addr)
+    values.update(_redis(get))
     if (brokers := get("KAFKA_BROKERS")) is not None:
         listed = tuple(b.strip() for b in brokers.split(",") if b.strip())
         if not listed:
@@ -295,6 +319,42 @@ def _dependencies(get: Getter) -> dict[str, object]:
         for broker in listed:
             parse_addr("LEASEWORK_KAFKA_BROKERS", broker)
         values["kafka_brokers"] = listed
+    return values
+
+
+def _redis(get: Getter) -> dict[str, object]:
+    """Where Redis is: a URL (or its short form, host:port), a CA, Sentinels."""
+    values: dict[str, object] = {}
+    url, short = get("REDIS_URL"), get("REDIS_ADDR")
+    if url is not None and short is not None:
+        raise ConfigError(
+            "LEASEWORK_REDIS_URL and LEASEWORK_REDIS_ADDR are both set; set only "
+            "LEASEWORK_REDIS_URL (LEASEWORK_REDIS_ADDR=host:port is its short form)"
+        )
+    if short is not None:
+        host, port = parse_addr("LEASEWORK_REDIS_ADDR", short)
+        url = f"redis://{host}:{port}/0"
+    if url is not None:
+        try:
+            values["redis_url"] = check_url(url)
+        except RedisURLError as exc:
+            raise ConfigError(f"LEASEWORK_REDIS_URL: {masked(str(exc))}") from None
+    if (ca := get("REDIS_CA")) is not None:
+        if not os.path.isfile(ca):
+            raise ConfigError(
+                f"LEASEWORK_REDIS_CA={ca!r} is not a file; name the PEM file of the CA that "
+                "signed Redis's certificate"
+            )
+        values["redis_ca"] = ca
+    if sentinels := get("REDIS_SENTINELS"):
+        listed = tuple(s.strip() for s in sentinels.split(",") if s.strip())
+        for sentinel in listed:
+            parse_addr("LEASEWORK_REDIS_SENTINELS", sentinel)
+        values["redis_sentinels"] = listed
+    if master := get("REDIS_SENTINEL_MASTER"):
+        values["redis_sentinel_master"] = master
+    if password := get("REDIS_SENTINEL_PASSWORD"):
+        values["redis_sentinel_password"] = password
     return values
 
 
@@ -385,7 +445,7 @@ def merged_environment(environ: Mapping[str, str]) -> dict[str, str]:
 def masked(value: str) -> str:
     """``value`` with any password in it hidden: a URL's ``user:password@``, a key=value
     connection string's ``password=...``."""
-    value = re.sub(r"(://[^:/@\s]+:)[^@\s]+@", r"\1***@", value)
+    value = re.sub(r"(://[^:/@\s]*:)[^@\s]+@", r"\1***@", value)
     return re.sub(r"\b(password|sslpassword)=('[^']*'|\S+)", r"\1=***", value)
 
 
@@ -411,7 +471,13 @@ def effective(role: str, environ: Mapping[str, str] | None = None) -> list[tuple
         else:
             source = path if variable in from_file else "default"
         value = getattr(settings, field_.name)
-        if isinstance(value, tuple) and field_.name in ("ops_addr", "redis_addr", "internal_addr"):
+        if field_.name == "redis_url" and "LEASEWORK_REDIS_ADDR" in env:
+            source = "env"
+        elif field_.name == "redis_url" and "LEASEWORK_REDIS_ADDR" in from_file:
+            source = path
+        if field_.name.endswith("password") and value:
+            value = "***"
+        if isinstance(value, tuple) and field_.name in ("ops_addr", "internal_addr"):
             value = f"{value[0]}:{value[1]}"
         elif field_.name == "kafka_properties":
             value = ",".join(f"{k}={masked_property(k, v)}" for k, v in value)

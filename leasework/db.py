@@ -73,15 +73,27 @@ def check_if_idle(conn: psycopg.Connection) -> None:
 
 
 class Database:
-    def __init__(self, dsn: str, *, max_size: int = 8, name: str = "leasework") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        max_size: int = 8,
+        name: str = "leasework",
+        application_name: str | None = None,
+    ) -> None:
+        """``application_name``: what ``pg_stat_activity`` shows for these connections (the
+        process's name, so an operator sees which process holds which connection)."""
         self.dsn = dsn
+        kwargs = dict(CONNECT_KWARGS)
+        if application_name:
+            kwargs["application_name"] = application_name
         self.pool = ConnectionPool(
             dsn,
             min_size=1,
             max_size=max_size,
             open=False,
             configure=configure,
-            kwargs=dict(CONNECT_KWARGS),
+            kwargs=kwargs,
             timeout=10.0,
             # keep reconnecting (with psycopg_pool's backoff, from 1 s) for an hour, not once:
             # 0 gives up after one immediate try, so a 1 s network blip left every waiting

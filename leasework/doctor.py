@@ -441,11 +441,15 @@ def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> 
     from leasework.kafka import client_config, producer_config
 
     brokers = ",".join(settings.kafka_brokers)
+    # librdkafka says why a connection failed (a refused SASL login, a certificate it does not
+    # trust) only to the error callback; the exception says "transport failure"
+    reasons: list[str] = []
     admin = AdminClient(
         {
             **client_config(settings.kafka_brokers, "leasework-doctor", settings.kafka_properties),
             "socket.connection.setup.timeout.ms": 3000,
             "log_level": 0,
+            "error_cb": lambda error: reasons.append(error.str()),
         }
     )
     try:
@@ -480,18 +484,32 @@ def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> 
             )
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
+        admin.poll(0.5)  # serves the error callbacks queued meanwhile
+        said = kafka_reason(reasons)
         return [
             unreachable(
                 "kafka",
                 f"Kafka at {brokers}",
-                error,
-                "check LEASEWORK_KAFKA_BROKERS and that the brokers run (just up)",
+                f"{error}{f' ({said})' if said else ''}",
+                "check LEASEWORK_KAFKA_BROKERS and that the brokers run (just up); for a "
+                "secured Kafka, LEASEWORK_RDKAFKA_SECURITY_PROTOCOL, _SASL_MECHANISM, "
+                "_SASL_USERNAME, _SASL_PASSWORD and _SSL_CA_LOCATION",
             )
         ]
     producer = producer_config(
         settings.kafka_brokers, "leasework-doctor", settings.kafka_properties
     )
     return kafka_checks(topics, producer, options, settings.topic_ready)
+
+
+def kafka_reason(reasons: list[str]) -> str | None:
+    """The most telling of librdkafka's error callbacks (pure): an authentication or
+    certificate failure over a plain "all brokers down"."""
+    for marker in ("SASL", "authentication", "SSL", "certificate"):
+        for reason in reasons:
+            if marker.lower() in reason.lower():
+                return reason
+    return reasons[-1] if reasons else None
 
 
 def _redis_config(client, key: str) -> str | None:
@@ -507,8 +525,9 @@ def _redis_config(client, key: str) -> str | None:
 def gather_redis(settings: Settings) -> list[Check]:
     import redis
 
-    host, port = settings.redis_addr
-    client = redis.Redis(host=host, port=port, socket_timeout=3, socket_connect_timeout=3)
+    from leasework import redisconn
+
+    client = redisconn.connect(settings.redis, timeout=3)
     try:
         try:
             client.ping()
@@ -527,9 +546,10 @@ def gather_redis(settings: Settings) -> list[Check]:
         return [
             unreachable(
                 "redis",
-                f"Redis at {host}:{port}",
+                f"Redis at {settings.redis.describe()}",
                 exc,
-                "check LEASEWORK_REDIS_ADDR and that Redis runs (just up)",
+                "check LEASEWORK_REDIS_URL (user, password, LEASEWORK_REDIS_CA for rediss://) "
+                "and that Redis runs (just up)",
             )
         ]
     facts = RedisFacts(appendonly, save, policy, offset, uncertainty)

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 import redis
 import trio
 
+from leasework import redisconn
+from leasework.redisconn import RedisTarget
+
 FENCE_KEY = "leasework:fence"
 
 # KEYS: the lease keys, then the fence counter; ARGV: owner, ttl ms.
@@ -145,14 +148,8 @@ class LeaseStore:
 
 
 class Leases:
-    def __init__(self, host: str, port: int, *, limit: int = 4) -> None:
-        self.client = redis.Redis(
-            host=host,
-            port=port,
-            socket_timeout=3,
-            socket_connect_timeout=3,
-            health_check_interval=10,
-        )
+    def __init__(self, target: RedisTarget, *, limit: int = 4) -> None:
+        self.client = redisconn.connect(target, timeout=3, health_check_interval=10)
         self.store = LeaseStore(self.client)
         self.limiter = trio.CapacityLimiter(limit)
 

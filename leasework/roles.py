@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 
 import psycopg
-import redis
 import trio
 from confluent_kafka.admin import AdminClient
 
-from leasework import api, metrics, relay, store
+from leasework import api, metrics, redisconn, relay, store
 from leasework.api.auth import Authenticator, RateLimiter
 from leasework.api.groupcommit import GroupCommit
 from leasework.app import App
@@ -38,8 +37,7 @@ def postgres_probe(db: Database):
 
 
 def redis_probe(settings: Settings):
-    host, port = settings.redis_addr
-    client = redis.Redis(host=host, port=port, socket_timeout=2, socket_connect_timeout=2)
+    client = redisconn.connect(settings.redis, timeout=2)
     limiter = trio.CapacityLimiter(1)
 
     async def probe() -> None:
@@ -93,7 +91,7 @@ class ApiParts:
         self.settings, self.db, self.app = settings, db, app
         self.group = GroupCommit(db, settings.topic_ready)
         self.auth = Authenticator(db)
-        self.limiter = RateLimiter(*settings.redis_addr)
+        self.limiter = RateLimiter(settings.redis)
         self.asgi = api.create_app(
             settings, db, health, app, self.group, auth=self.auth, limiter=self.limiter
         )
@@ -106,7 +104,12 @@ class ApiParts:
 
 
 async def run_api(settings: Settings, app: App) -> None:
-    db = Database(settings.postgres_dsn, max_size=10, name="api")
+    db = Database(
+        settings.postgres_dsn,
+        max_size=10,
+        name="api",
+        application_name=settings.process_name,
+    )
     health = Health()
     health.add("postgres", postgres_probe(db))
     web = ApiParts(settings, db, health, app)
@@ -126,7 +129,12 @@ async def run_api(settings: Settings, app: App) -> None:
 
 
 async def run_relay(settings: Settings, app: App | None = None) -> None:
-    db = Database(settings.postgres_dsn, max_size=6, name="relay")
+    db = Database(
+        settings.postgres_dsn,
+        max_size=6,
+        name="relay",
+        application_name=settings.process_name,
+    )
     health = Health()
     health.add("postgres", postgres_probe(db))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
@@ -143,7 +151,12 @@ async def run_relay(settings: Settings, app: App | None = None) -> None:
 
 async def run_worker(settings: Settings, app: App) -> None:
     # the claimer, the completer, the heartbeat and fenced effects: handlers hold none
-    db = Database(settings.postgres_dsn, max_size=8, name="worker")
+    db = Database(
+        settings.postgres_dsn,
+        max_size=8,
+        name="worker",
+        application_name=settings.process_name,
+    )
     health = Health()
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
@@ -166,7 +179,12 @@ async def run_worker(settings: Settings, app: App) -> None:
 async def run_dev(settings: Settings, app: App) -> None:
     """api, relay and worker in one Trio nursery, one process: for development against the
     running stack's Postgres, Redis and Kafka. Ctrl-C drains the worker, then stops all."""
-    db = Database(settings.postgres_dsn, max_size=16, name="dev")
+    db = Database(
+        settings.postgres_dsn,
+        max_size=16,
+        name="dev",
+        application_name=settings.process_name,
+    )
     health = Health()
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))

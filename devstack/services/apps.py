@@ -39,18 +39,29 @@ from ..layout import (
 )
 from ..procs import ProcInfo, read_environ
 from ..readiness import http_ok
+from ..tls import secure_env
 from .base import Service
 
+MODES = ("plain", "secure")
+# where the default layout keeps the CA (the defaults' values are computed for it)
+TLS_DIR = Layout.from_env().tls_dir
 
-def stack_env(name: str) -> dict[str, str]:
-    """The stack's defaults for the process ``name`` (``worker-2``, ``relay``, ``migrate``)."""
-    return {
+
+def stack_env(name: str, mode: str = "plain", tls_dir: Path = TLS_DIR) -> dict[str, str]:
+    """The stack's defaults for the process ``name`` (``worker-2``, ``relay``, ``migrate``)
+    in ``mode``: the plain listeners, or (``secure``) only the secured ones, every process
+    on the same Kafka proxies (:func:`devstack.tls.secure_env`)."""
+    env = {
         "LEASEWORK_POSTGRES_DSN": POSTGRES_DSN,
         "LEASEWORK_REDIS_ADDR": REDIS_ADDR,
         "LEASEWORK_KAFKA_BROKERS": KAFKA_WORKER_BROKERS.get(name, KAFKA_BROKERS),
         "LEASEWORK_APP": STACK_APP,
         "SHOP_MAIL_URL": SHOP_MAIL_URL,
     }
+    if mode == "secure":
+        del env["LEASEWORK_REDIS_ADDR"]
+        env.update(secure_env(tls_dir))
+    return env
 
 
 # variables a running process must hold exactly as `up` would give them now: `just up` makes
@@ -62,7 +73,13 @@ EXACT_ENV = ("LEASEWORK_APP",)
 # brokers are the ones both workers shared before each had its own, so a worker-2 still
 # running on them counts as stale.
 _STACK_DEFAULTS: dict[str, frozenset[str]] = {
-    key: frozenset(stack_env(name)[key] for name in (*APPS, "migrate")) for key in stack_env("api")
+    key: frozenset(
+        stack_env(name, mode)[key]
+        for name in (*APPS, "migrate")
+        for mode in MODES
+        if key in stack_env(name, mode)
+    )
+    for key in {**stack_env("api"), **stack_env("api", "secure")}
 }
 
 
@@ -71,10 +88,12 @@ def app_env(
     ops_addr: str | None,
     base_env: Mapping[str, str],
     extra_env: Mapping[str, str] | None = None,
+    mode: str = "plain",
+    tls_dir: Path = TLS_DIR,
 ) -> dict[str, str]:
     """Environment of one leasework process (pure; unit-tested)."""
     env = dict(base_env)
-    for key, value in stack_env(name).items():
+    for key, value in stack_env(name, mode, tls_dir).items():
         env.setdefault(key, value)
     env["LEASEWORK_PROCESS_NAME"] = name
     if ops_addr is not None:
@@ -135,11 +154,21 @@ class ExampleShop(Service):
         import os
 
         env = dict(os.environ)
-        env.setdefault("LEASEWORK_POSTGRES_DSN", POSTGRES_DSN)
+        dsn = stack_env("shop", self.layout.mode(), self.layout.tls_dir)["LEASEWORK_POSTGRES_DSN"]
+        env.setdefault("LEASEWORK_POSTGRES_DSN", dsn)
         env["SHOP_ADDR"] = addr(SHOP_PORT)
         env["SHOP_MAIL_ADDR"] = addr(SHOP_MAIL_PORT)
         env.update(extra_env or {})
         return env
+
+    def stale(self, pid: int) -> list[str]:
+        """A shop still on the other mode's database address (it enqueues in its own
+        transaction, so it follows the stack's mode like leasework's processes)."""
+        running = read_environ(pid)
+        key = "LEASEWORK_POSTGRES_DSN"
+        if running is None or running.get(key) == self.env().get(key):
+            return []
+        return [key] if running.get(key) in _STACK_DEFAULTS[key] else []
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "examples.shop"]
@@ -180,7 +209,10 @@ class LeaseworkApp(Service):
     def env(self, extra_env: Mapping[str, str] | None = None) -> dict[str, str]:
         import os
 
-        return app_env(self.name, addr(self.port), os.environ, extra_env)
+        layout = self.layout
+        return app_env(
+            self.name, addr(self.port), os.environ, extra_env, layout.mode(), layout.tls_dir
+        )
 
     def stale(self, pid: int) -> list[str]:
         running = read_environ(pid)
@@ -256,7 +288,7 @@ def run_to_completion(
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=app_env("migrate", None, os.environ, extra_env),
+                env=app_env("migrate", None, os.environ, extra_env, layout.mode(), layout.tls_dir),
                 cwd=layout.repo_root,
                 timeout=timeout,
                 check=False,

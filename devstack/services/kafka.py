@@ -10,6 +10,11 @@ Listeners per node N (ports from :func:`layout.kafka_ports`):
   ``kafka-N-worker-1``)
 * ``WORKER_2``   N9098 worker-2; *advertised as the toxiproxy address* N9099 (proxy
   ``kafka-N-worker-2``)
+* ``SECURE``     N9100 SASL_SSL (SCRAM-SHA-512 and PLAIN) with the stack's certificate, for
+  every leasework process in secure mode (``devstack.tls``); *advertised as the toxiproxy
+  address* N9101 (proxy ``kafka-N-secure``). The SCRAM user is made through the admin API once
+  the cluster is up (:func:`kafka_admin.ensure_scram_user`); the PLAIN user is in the
+  listener's JAAS configuration.
 
 A broker answers a client with the advertised addresses of the listener the client came in
 through, so every byte between leasework and a broker crosses a proxy, and each worker's
@@ -27,17 +32,18 @@ in ``<state>/kafka-cluster-id``; a node is formatted only while its log dir has 
 from __future__ import annotations
 
 import base64
-import subprocess
 import threading
 import uuid
 from pathlib import Path
 
-from .. import tools
+from .. import procs, tls, tools
 from ..errors import StackError
 from ..layout import (
     HOST,
     KAFKA_NODE_IDS,
     KAFKA_QUORUM_VOTERS,
+    KAFKA_SECURE_PASSWORD,
+    KAFKA_SECURE_USER,
     KAFKA_WORKERS,
     Layout,
     addr,
@@ -90,7 +96,24 @@ def new_cluster_id() -> str:
             return cid
 
 
-def render_server_properties(node_id: int, log_dir: Path) -> str:
+def secure_listener_properties(tls_dir: Path) -> dict[str, object]:
+    """The ``SECURE`` listener's TLS and SASL settings (pure)."""
+    prefix = "listener.name.secure"
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    plain = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'user_{KAFKA_SECURE_USER}="{KAFKA_SECURE_PASSWORD}";'
+    )
+    return {
+        f"{prefix}.ssl.keystore.type": "PEM",
+        f"{prefix}.ssl.keystore.location": str(tls_dir / "server-bundle.pem"),
+        f"{prefix}.sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+        f"{prefix}.scram-sha-512.sasl.jaas.config": scram,
+        f"{prefix}.plain.sasl.jaas.config": plain,
+    }
+
+
+def render_server_properties(node_id: int, log_dir: Path, tls_dir: Path) -> str:
     """server.properties for one node (pure; unit-tested)."""
     p = kafka_ports(node_id)
     props: dict[str, object] = {
@@ -103,6 +126,7 @@ def render_server_properties(node_id: int, log_dir: Path) -> str:
                 f"CONTROLLER://{addr(p['controller'])}",
                 f"EXTERNAL://{addr(p['external'])}",
                 *(f"{kafka_worker_listener(w)}://{addr(p[w])}" for w in KAFKA_WORKERS),
+                f"SECURE://{addr(p['secure'])}",
             ]
         ),
         "advertised.listeners": ",".join(
@@ -110,17 +134,24 @@ def render_server_properties(node_id: int, log_dir: Path) -> str:
                 f"BROKER://{addr(p['broker'])}",
                 f"EXTERNAL://{addr(p['proxy'])}",
                 *(f"{kafka_worker_listener(w)}://{addr(p[f'{w}-proxy'])}" for w in KAFKA_WORKERS),
+                f"SECURE://{addr(p['secure-proxy'])}",
             ]
         ),
         "listener.security.protocol.map": ",".join(
-            f"{listener}:PLAINTEXT"
-            for listener in (
-                "BROKER",
-                "CONTROLLER",
-                "EXTERNAL",
-                *(kafka_worker_listener(w) for w in KAFKA_WORKERS),
-            )
+            [
+                *(
+                    f"{listener}:PLAINTEXT"
+                    for listener in (
+                        "BROKER",
+                        "CONTROLLER",
+                        "EXTERNAL",
+                        *(kafka_worker_listener(w) for w in KAFKA_WORKERS),
+                    )
+                ),
+                "SECURE:SASL_SSL",
+            ]
         ),
+        **secure_listener_properties(tls_dir),
         "inter.broker.listener.name": "BROKER",
         "controller.listener.names": "CONTROLLER",
         "log.dirs": str(log_dir),
@@ -239,7 +270,13 @@ class KafkaNode(Service):
 
     def ports(self) -> tuple[int, ...]:
         p = kafka_ports(self.node_id)
-        return (p["broker"], p["controller"], p["external"], *(p[w] for w in KAFKA_WORKERS))
+        return (
+            p["broker"],
+            p["controller"],
+            p["external"],
+            *(p[w] for w in KAFKA_WORKERS),
+            p["secure"],
+        )
 
     def address(self) -> str:
         p = kafka_ports(self.node_id)
@@ -247,11 +284,12 @@ class KafkaNode(Service):
             [
                 f"{addr(p['external'])} (proxy {addr(p['proxy'])})",
                 *(f"{w} {addr(p[w])} (proxy {addr(p[f'{w}-proxy'])})" for w in KAFKA_WORKERS),
+                f"secure {addr(p['secure'])} (proxy {addr(p['secure-proxy'])})",
             ]
         )
 
     def rendered_properties(self) -> str:
-        return render_server_properties(self.node_id, self.data_dir)
+        return render_server_properties(self.node_id, self.data_dir, self.layout.tls_dir)
 
     def config_stale(self) -> bool:
         """The node's server.properties on disk (what the running node was started with:
@@ -281,6 +319,7 @@ class KafkaNode(Service):
         ]
 
     def prepare(self) -> None:
+        tls.ensure(self.layout)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.properties.write_text(self.rendered_properties())
         self.log4j2.write_text(render_log4j2(self.name))
@@ -296,12 +335,7 @@ class KafkaNode(Service):
             str(self.properties),
         ]
         log = self.layout.log(self.name)
-        with log.open("ab") as out:
-            out.write(f"\n=== devstack format: {' '.join(argv)}\n".encode())
-            out.flush()
-            rc = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False
-            ).returncode
+        rc = procs.run_logged(argv, log, "format")
         if rc != 0:
             raise StackError(f"{self.name}: kafka-storage format failed (exit {rc})", log)
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import logging
 
 from ..errors import StackError
-from ..layout import KAFKA_DIRECT_BOOTSTRAP, KAFKA_NODE_IDS, KAFKA_TOPICS
+from ..layout import (
+    KAFKA_DIRECT_BOOTSTRAP,
+    KAFKA_NODE_IDS,
+    KAFKA_SECURE_PASSWORD,
+    KAFKA_SECURE_USER,
+    KAFKA_TOPICS,
+)
 
 log = logging.getLogger("devstack")
 
@@ -88,3 +94,28 @@ def cluster_problems(bootstrap: str = KAFKA_DIRECT_BOOTSTRAP, timeout: float = 3
             elif len(part.isrs) < 2:
                 problems.append(f"{name}[{pid}] ISR {part.isrs} < 2")
     return problems
+
+
+def ensure_scram_user(
+    user: str = KAFKA_SECURE_USER,
+    password: str = KAFKA_SECURE_PASSWORD,
+    bootstrap: str = KAFKA_DIRECT_BOOTSTRAP,
+    timeout: float = 30.0,
+) -> None:
+    """The SECURE listener's SCRAM-SHA-512 user, set (again) through the admin API: an upsert,
+    so it is idempotent; in KRaft the credentials live in the cluster metadata."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = _admin(bootstrap)
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsert], request_timeout=timeout).values():
+        try:
+            future.result(timeout)
+        except Exception as exc:  # a KafkaException with the broker's reason
+            raise StackError(f"kafka: cannot set the SCRAM user {user!r}: {exc}") from exc

@@ -21,7 +21,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .. import procs, tools
+from .. import procs, tls, tools
 from ..errors import StackError
 from ..layout import (
     HOST,
@@ -54,9 +54,19 @@ SETTINGS: dict[str, str] = {
 
 
 def postgres_args(data_dir: Path, socket_dir: Path) -> list[str]:
-    """Arguments after the ``postgres`` binary (pure; unit-tested)."""
+    """Arguments after the ``postgres`` binary (pure; unit-tested). TLS is on, with the
+    certificate and key :meth:`Postgres.prepare` copies next to the data dir (``sslmode=
+    verify-full`` against the stack's CA); a client may still connect without it, as the
+    harness does."""
     args = ["-D", str(data_dir)]
-    settings = dict(SETTINGS, unix_socket_directories=str(socket_dir))
+    settings = dict(
+        SETTINGS,
+        unix_socket_directories=str(socket_dir),
+        ssl="on",
+        ssl_cert_file=str(socket_dir / "server.pem"),
+        ssl_key_file=str(socket_dir / "server.key"),
+        ssl_ca_file=str(socket_dir / "ca.pem"),
+    )
     for key, value in settings.items():
         args += ["-c", f"{key}={value}"]
     return args
@@ -149,6 +159,7 @@ class Postgres(Service):
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.base_dir.chmod(0o700)
         self._chown(self.base_dir)
+        self._copy_tls()
         if (self.data_dir / "PG_VERSION").exists():
             self._drop_stale_lockfiles()
             return
@@ -189,6 +200,22 @@ class Postgres(Service):
         pwfile.unlink(missing_ok=True)
         if rc != 0:
             raise StackError(f"postgres: initdb failed (exit {rc})", log)
+
+    def _copy_tls(self) -> None:
+        """The server's certificate and key where postgres may read them: owned by the user
+        it runs as, the key mode 0600 (postgres refuses a key others can read)."""
+        made = tls.ensure(self.layout)
+        for name in ("server.pem", "server.key", "ca.pem"):
+            target = self.base_dir / name
+            target.write_bytes(made[name].read_bytes())
+            target.chmod(0o600 if name.endswith(".key") else 0o644)
+            self._chown(target)
+
+    def stale(self, pid: int) -> list[str]:
+        info = procs.read_proc(pid)
+        if info is None or list(info.cmdline[1:]) == self.command()[1:]:
+            return []
+        return ["command line (settings)"]
 
     def _drop_stale_lockfiles(self) -> None:
         """After a crash (chaos SIGKILL) postmaster.pid and the socket lock name a dead

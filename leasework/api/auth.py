@@ -25,8 +25,9 @@ import psycopg
 import redis
 import trio
 
-from leasework import metrics
+from leasework import metrics, redisconn
 from leasework.db import Database
+from leasework.redisconn import RedisTarget
 from leasework.store import operators
 from leasework.tokens import (
     Principal,
@@ -286,8 +287,8 @@ class _Check:
 class RateLimiter:
     """Token buckets per token in Redis; checks made at once share one script call."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.client = redis.Redis(host=host, port=port, socket_timeout=1, socket_connect_timeout=1)
+    def __init__(self, target: RedisTarget) -> None:
+        self.client = redisconn.connect(target, timeout=1)
         self._script = self.client.register_script(RATE_SCRIPT)
         self._send, self._receive = trio.open_memory_channel[_Check](math.inf)
         self._limiter = trio.CapacityLimiter(1)

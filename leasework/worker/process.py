@@ -67,7 +67,7 @@ class Worker:
         self.db = db
         self.app = app
         self.name = settings.process_name
-        self.leases = Leases(*settings.redis_addr)
+        self.leases = Leases(settings.redis)
         # the plain-TTL demonstration mode: no deadline scope, no fence condition
         self.unsafe = settings.lease_mode == UNSAFE_LEASE_MODE
         completer = UnsafeCompleter if self.unsafe else Completer

@@ -141,7 +141,11 @@ def test_a_spent_rate_limit_is_429_with_retry_after(stack, tokens):
 
 def test_a_redis_outage_lets_requests_through_visibly(stack, tokens, client):
     token = tokens(["submit", "read"], rate=1000, burst=1000)
-    httpx.post("http://127.0.0.1:8474/proxies/redis", json={"enabled": False}, timeout=5)
+    # the api's Redis proxy: the plain port's, or in secure mode the TLS port's
+    proxy = "http://127.0.0.1:8474/proxies/" + (
+        "redis-tls" if stack.layout.mode() == "secure" else "redis"
+    )
+    httpx.post(proxy, json={"enabled": False}, timeout=5)
     try:
 
         def submitted() -> httpx.Response | None:
@@ -156,7 +160,7 @@ def test_a_redis_outage_lets_requests_through_visibly(stack, tokens, client):
 
         accepted = wait_for(submitted, 10, "a submit let through unmetered")
     finally:
-        httpx.post("http://127.0.0.1:8474/proxies/redis", json={"enabled": True}, timeout=5)
+        httpx.post(proxy, json={"enabled": True}, timeout=5)
     wait_status(client, accepted.json()["id"], "succeeded", timeout=60)
     metrics = httpx.get(f"{API_URL}/metrics", timeout=5).text
     assert "leasework_rate_limit_unavailable_total" in metrics

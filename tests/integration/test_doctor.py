@@ -9,10 +9,9 @@ import sys
 from dataclasses import replace
 
 import pytest
-import redis
 
 from devstack import layout
-from leasework import config, doctor
+from leasework import config, doctor, redisconn
 from leasework.doctor import FAIL, OK, Options
 
 
@@ -102,8 +101,7 @@ def test_synchronous_commit_off_in_the_dsn_fails(stack):
 
 
 def test_redis_eviction_policy_fails(stack):
-    host, port = stack_settings().redis_addr
-    client = redis.Redis(host=host, port=port, socket_timeout=3, decode_responses=True)
+    client = redisconn.connect(stack_settings().redis, timeout=3, decode_responses=True)
     before = client.config_get("maxmemory-policy")["maxmemory-policy"]
     assert before == "noeviction"
     try:
@@ -128,7 +126,7 @@ def test_missing_topic_fails(stack):
 def test_unreachable_dependencies_fail_and_say_so(stack):
     settings = replace(
         stack_settings(),
-        redis_addr=("127.0.0.1", 1),
+        redis_url="redis://127.0.0.1:1/0",
         kafka_brokers=("127.0.0.1:2",),
         postgres_dsn="postgresql://leasework:leasework@127.0.0.1:3/leasework",
     )

@@ -1,4 +1,5 @@
-"""The lease scripts against the real Redis (through its Toxiproxy proxy)."""
+"""The lease scripts against the real Redis (through its Toxiproxy proxy), each once over the
+plain port and once over TLS as the stack's ACL user (devstack.tls)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ import time
 import uuid
 
 import pytest
-import redis
 
+from devstack.layout import REDIS_PROXY_PORT
+from leasework import redisconn
 from leasework.lease import FENCE_KEY, LeaseStore, lease_key
+from tests.integration.secured import secured_settings
 
 
-@pytest.fixture
-def leases(stack):
-    client = redis.Redis(host="127.0.0.1", port=16379, socket_timeout=5)
+@pytest.fixture(params=["plain", "tls-acl"])
+def leases(request, stack):
+    if request.param == "plain":
+        target = redisconn.RedisTarget(f"redis://127.0.0.1:{REDIS_PROXY_PORT}/0")
+    else:
+        target = secured_settings(stack).redis
+    client = redisconn.connect(target, timeout=5)
     yield LeaseStore(client)
     client.close()
 

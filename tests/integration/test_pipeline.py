@@ -233,7 +233,11 @@ def test_unknown_job_is_404_problem_and_openapi_is_served(stack):
     assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/cancel"} <= set(spec["paths"])
 
 
-KAFKA_PROXIES = ("kafka-1", "kafka-2", "kafka-3")
+def relay_kafka_proxies(stack) -> tuple[str, ...]:
+    """The proxies between the relay and Kafka: its own, or in secure mode the secured
+    listeners' (which every process shares)."""
+    suffix = "-secure" if stack.layout.mode() == "secure" else ""
+    return tuple(f"kafka-{n}{suffix}" for n in (1, 2, 3))
 
 
 def set_proxies_enabled(names, enabled: bool) -> None:
@@ -245,7 +249,8 @@ def set_proxies_enabled(names, enabled: bool) -> None:
 
 
 def test_relay_keeps_rows_and_says_so_while_kafka_is_unreachable(stack, client, db):
-    set_proxies_enabled(KAFKA_PROXIES, False)
+    proxies = relay_kafka_proxies(stack)
+    set_proxies_enabled(proxies, False)
     try:
         job = client.submit("noop", {"kafka": "down"})
         status, body = wait_for(
@@ -258,7 +263,7 @@ def test_relay_keeps_rows_and_says_so_while_kafka_is_unreachable(stack, client, 
         row = db.execute("SELECT id FROM outbox WHERE job_id = %s", (job["id"],)).fetchone()
         assert row is not None
     finally:
-        set_proxies_enabled(KAFKA_PROXIES, True)
+        set_proxies_enabled(proxies, True)
     wait_for(lambda: readyz(9102)[0] == 200, 60, "relay ready again")
     wait_status(client, job["id"], {"succeeded"}, timeout=90)
 

@@ -18,6 +18,7 @@ from leasework.db import Database
 from leasework.demo import app as demo_app
 from leasework.lease import Leases, lease_key
 from leasework.outcomes import Completion, Outcome
+from leasework.redisconn import RedisTarget
 from leasework.states import Status
 from leasework.worker.claim import Claimer, Skip
 from leasework.worker.completer import Completer
@@ -37,7 +38,7 @@ async def db(stack) -> AsyncIterator[Database]:
 
 @pytest.fixture
 def leases(stack) -> Leases:
-    return Leases("127.0.0.1", REDIS_PORT)
+    return Leases(RedisTarget(f"redis://127.0.0.1:{REDIS_PORT}/0"))
 
 
 @pytest.fixture

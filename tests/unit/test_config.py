@@ -66,7 +66,8 @@ def test_reads_every_documented_variable():
     )
     assert settings.log_level == "debug"
     assert settings.ops_addr == ("0.0.0.0", 9200)
-    assert settings.redis_addr == ("10.0.0.1", 6380)
+    assert settings.redis_url == "redis://10.0.0.1:6380/0"
+    assert settings.redis.describe() == "redis://10.0.0.1:6380"
     assert settings.kafka_brokers == ("a:1", "b:2")
     assert settings.shutdown_timeout == 90.0
     assert settings.worker_concurrency == 3
@@ -80,6 +81,12 @@ def test_reads_every_documented_variable():
         ("LEASEWORK_LOG_LEVEL", "loud", "LEASEWORK_LOG_LEVEL='loud' is not one of"),
         ("LEASEWORK_OPS_ADDR", "9101", "is not host:port"),
         ("LEASEWORK_REDIS_ADDR", "redis:99999", "is not host:port"),
+        ("LEASEWORK_REDIS_URL", "http://redis:6379", "is not a redis:// or rediss:// URL"),
+        ("LEASEWORK_REDIS_URL", "redis://redis:port", "a port that is not a number"),
+        ("LEASEWORK_REDIS_URL", "redis://redis:6379/zero", "must be a database number"),
+        ("LEASEWORK_REDIS_URL", "rediss://redis:6379?ssl_ca_certs=x", "LEASEWORK_REDIS_CA"),
+        ("LEASEWORK_REDIS_CA", "/no/such/ca.pem", "is not a file"),
+        ("LEASEWORK_REDIS_SENTINELS", "s1:26379,s2", "is not host:port"),
         ("LEASEWORK_KAFKA_BROKERS", " , ", "LEASEWORK_KAFKA_BROKERS is empty"),
         ("LEASEWORK_SHUTDOWN_TIMEOUT", "soon", "is not a duration"),
         ("LEASEWORK_SHUTDOWN_TIMEOUT", "0s", "must be greater than zero"),

@@ -59,6 +59,8 @@ def test_port_contract() -> None:
         "worker-1-proxy": 19097,
         "worker-2": 19098,
         "worker-2-proxy": 19099,
+        "secure": 19100,
+        "secure-proxy": 19101,
     }
     assert kafka_ports(3)["proxy"] == 39092
     assert kafka_ports(3)["worker-2-proxy"] == 39099
@@ -78,7 +80,7 @@ def test_port_contract() -> None:
 
 
 def test_kafka_properties_advertise_the_proxies_and_keep_internal_traffic_direct() -> None:
-    p = props(render_server_properties(2, Path("/s/kafka-2/data")))
+    p = props(render_server_properties(2, Path("/s/kafka-2/data"), Path("/s/tls")))
     assert p["node.id"] == "2"
     assert p["process.roles"] == "broker,controller"
     assert p["controller.quorum.voters"] == (
@@ -86,18 +88,24 @@ def test_kafka_properties_advertise_the_proxies_and_keep_internal_traffic_direct
     )
     assert p["listeners"] == (
         "BROKER://127.0.0.1:29093,CONTROLLER://127.0.0.1:29094,EXTERNAL://127.0.0.1:29095,"
-        "WORKER_1://127.0.0.1:29096,WORKER_2://127.0.0.1:29098"
+        "WORKER_1://127.0.0.1:29096,WORKER_2://127.0.0.1:29098,SECURE://127.0.0.1:29100"
     )
     # each client listener advertises its own toxiproxy address: a client stays on the
     # proxy it bootstrapped through
     assert p["advertised.listeners"] == (
         "BROKER://127.0.0.1:29093,EXTERNAL://127.0.0.1:29092,WORKER_1://127.0.0.1:29097,"
-        "WORKER_2://127.0.0.1:29099"
+        "WORKER_2://127.0.0.1:29099,SECURE://127.0.0.1:29101"
     )
     assert p["listener.security.protocol.map"] == (
         "BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT,EXTERNAL:PLAINTEXT,WORKER_1:PLAINTEXT,"
-        "WORKER_2:PLAINTEXT"
+        "WORKER_2:PLAINTEXT,SECURE:SASL_SSL"
     )
+    # the secured listener: TLS with the stack's certificate, SCRAM and PLAIN users
+    assert p["listener.name.secure.ssl.keystore.type"] == "PEM"
+    assert p["listener.name.secure.ssl.keystore.location"] == "/s/tls/server-bundle.pem"
+    assert p["listener.name.secure.sasl.enabled.mechanisms"] == "SCRAM-SHA-512,PLAIN"
+    assert "ScramLoginModule required;" in p["listener.name.secure.scram-sha-512.sasl.jaas.config"]
+    assert 'user_leasework="' in p["listener.name.secure.plain.sasl.jaas.config"]
     assert p["inter.broker.listener.name"] == "BROKER"
     assert p["controller.listener.names"] == "CONTROLLER"
     assert p["log.dirs"] == "/s/kafka-2/data"
@@ -127,12 +135,13 @@ def test_kafka_proxies_point_at_the_external_and_each_workers_listener() -> None
 
 def test_every_listener_and_proxy_is_consistent_for_every_node() -> None:
     for n in (1, 2, 3):
-        p = props(render_server_properties(n, Path(f"/s/kafka-{n}/data")))
+        p = props(render_server_properties(n, Path(f"/s/kafka-{n}/data"), Path("/s/tls")))
         listeners = dict(item.split("://") for item in p["listeners"].split(","))
         advertised = dict(item.split("://") for item in p["advertised.listeners"].split(","))
         protocols = dict(item.split(":") for item in p["listener.security.protocol.map"].split(","))
         clients = {"EXTERNAL": f"kafka-{n}", "WORKER_1": f"kafka-{n}-worker-1"}
         clients["WORKER_2"] = f"kafka-{n}-worker-2"
+        clients["SECURE"] = f"kafka-{n}-secure"
         assert set(listeners) == set(protocols) == {"BROKER", "CONTROLLER", *clients}
         assert set(advertised) == {"BROKER", *clients}
         # the client listeners are reached only through their proxies
@@ -175,8 +184,13 @@ def test_cluster_id_is_kafka_uuid_shaped() -> None:
 
 
 def test_redis_conf() -> None:
-    text = render_redis_conf(Path("/s/redis"))
+    text = render_redis_conf(Path("/s/redis"), Path("/s/tls"))
     lines = set(text.splitlines())
+    assert {"tls-port 16382", "tls-cert-file /s/tls/server.pem", "tls-auth-clients optional"} <= (
+        lines
+    )
+    acl = next(line for line in lines if line.startswith("user leasework on >"))
+    assert "+@all" in acl and "-flushall" in acl and "-acl" in acl
     assert {"bind 127.0.0.1", "port 16380", "appendonly yes", "appendfsync everysec"} <= lines
     assert "dir /s/redis" in lines
     assert "daemonize no" in lines
@@ -270,6 +284,7 @@ def test_proxies_json_in_repo_matches_the_port_contract() -> None:
     assert names == [
         "postgres",
         "redis",
+        "redis-tls",
         "kafka-1",
         "kafka-2",
         "kafka-3",
@@ -279,6 +294,9 @@ def test_proxies_json_in_repo_matches_the_port_contract() -> None:
         "kafka-1-worker-2",
         "kafka-2-worker-2",
         "kafka-3-worker-2",
+        "kafka-1-secure",
+        "kafka-2-secure",
+        "kafka-3-secure",
     ]
     assert json.loads((REPO / "toxiproxy" / "proxies.json").read_text())[0]["listen"] == (
         "127.0.0.1:15432"
@@ -313,6 +331,37 @@ def test_app_env_precedence() -> None:
         app_env("api", "127.0.0.1:8080", {}, {"LEASEWORK_REDIS_ADDR": "x"})["LEASEWORK_REDIS_ADDR"]
         == "x"
     )
+
+
+def test_secure_mode_points_every_process_at_the_secured_listeners_only() -> None:
+    env = app_env("worker-1", "127.0.0.1:9101", {}, None, "secure", Path("/s/tls"))
+    assert "LEASEWORK_REDIS_ADDR" not in env
+    assert env["LEASEWORK_REDIS_URL"].startswith("rediss://leasework:")
+    assert env["LEASEWORK_REDIS_URL"].endswith("@127.0.0.1:16381/0")
+    assert env["LEASEWORK_REDIS_CA"] == "/s/tls/ca.pem"
+    assert env["LEASEWORK_POSTGRES_DSN"].endswith("?sslmode=verify-full&sslrootcert=/s/tls/ca.pem")
+    # both workers and the relay share the secured listeners' proxies
+    assert env["LEASEWORK_KAFKA_BROKERS"] == "127.0.0.1:19101,127.0.0.1:29101,127.0.0.1:39101"
+    assert env["LEASEWORK_RDKAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert env["LEASEWORK_RDKAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    # what the product makes of it: it loads
+    from leasework.config import load
+
+    ca = {"LEASEWORK_REDIS_CA": __file__}  # load() wants an existing file
+    settings = load("worker", {**env, **ca})
+    assert settings.redis.tls
+    assert ("security.protocol", "SASL_SSL") in settings.kafka_properties
+
+
+def test_switching_mode_makes_a_running_process_stale_both_ways() -> None:
+    plain = app_env("relay", "127.0.0.1:9102", {})
+    secure = app_env("relay", "127.0.0.1:9102", {}, None, "secure")
+    assert "LEASEWORK_REDIS_ADDR" in stale_stack_env(plain, secure)
+    assert "LEASEWORK_RDKAFKA_SASL_PASSWORD" in stale_stack_env(secure, plain)
+    assert "LEASEWORK_REDIS_URL" in stale_stack_env(secure, plain)
+    # nothing of the other mode is carried over into the restart
+    assert carried_over_env(secure, plain, stale_stack_env(secure, plain)) == {}
+    assert stale_stack_env(secure, secure) == []
 
 
 def test_layout_from_env(tmp_path: Path) -> None:
@@ -387,3 +436,17 @@ def test_the_rendered_configs_pass_their_servers_own_check(tool, args, render, t
     path.write_text(render())
     result = subprocess.run([binary, *args, str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_stack_ports_in_the_ephemeral_range_are_reserved() -> None:
+    from devstack.provision import reserved_ports_value, stack_ports
+
+    ports = stack_ports()
+    assert {39092, 39101, 16382, 8080} <= ports
+    value = reserved_ports_value("", (32768, 60999), ports)
+    assert value.split(",")[0] == "39092" and "39101" in value.split(",")
+    assert "16382" not in value.split(",")  # below the range: never a source port
+    # what someone else reserved stays, nothing twice
+    assert reserved_ports_value("50000,39092", (32768, 60999), {39092, 39093}) == (
+        "50000,39092,39093"
+    )
