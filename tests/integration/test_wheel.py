@@ -1,14 +1,18 @@
 """The wheel alone: built from this checkout, installed into a fresh virtual environment with
-only its declared dependencies, run from outside the checkout: its migrations apply, and its
-api serves the console's templates and stylesheet, against the stack's Postgres."""
+only its declared dependencies, run from outside the checkout: its migrations apply, its
+api serves the console's templates and stylesheet, and its relay and worker get ready, against
+the stack's Postgres, Redis and Kafka."""
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+import uuid
 import venv
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -75,6 +79,24 @@ def test_the_wheel_installs_alone_and_runs(tmp_path: Path) -> None:
     assert '"applied"' in migrated.stdout
 
     # its api runs from the wheel: templates and the stylesheet are inside it
+    leasework = env_dir / "bin" / "leasework"
+    with serving(leasework, "api", outside, tmp_path) as base:
+        login = httpx.get(f"{base}/ui/login", timeout=5)
+        assert login.status_code == 200 and "<form" in login.text
+        stylesheet = httpx.get(f"{base}/ui/static/console.css", timeout=5)
+        assert stylesheet.status_code == 200 and stylesheet.text.strip()
+    # and so do the relay and a worker (a consumer group of its own: the stack's workers keep
+    # their partitions), each ready: every dependency reached from the installed product
+    for role in ("relay", "worker"):
+        with serving(leasework, role, outside, tmp_path) as base:
+            ready = httpx.get(f"{base}/readyz", timeout=5)
+            assert ready.status_code == 200, ready.text
+
+
+@contextlib.contextmanager
+def serving(leasework: Path, role: str, cwd: Path, logs: Path) -> Iterator[str]:
+    """``leasework ROLE`` from the wheel on a free ops port until /readyz answers 200; yields
+    its base URL; the process is stopped (SIGTERM, its drain) when the block ends."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -82,33 +104,27 @@ def test_the_wheel_installs_alone_and_runs(tmp_path: Path) -> None:
         **os.environ,
         "LEASEWORK_APP": "leasework.demo:app",
         "LEASEWORK_OPS_ADDR": f"127.0.0.1:{port}",
-        "LEASEWORK_PROCESS_NAME": "api-from-wheel",
+        "LEASEWORK_PROCESS_NAME": f"{role}-from-wheel",
+        "LEASEWORK_CONSUMER_GROUP": f"wheel-test-{uuid.uuid4()}",
     }
-    log = tmp_path / "api.log"
+    log = logs / f"{role}.log"
     with log.open("w") as out:
-        api = subprocess.Popen(
-            [str(env_dir / "bin" / "leasework"), "api"],
-            cwd=outside,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+        process = subprocess.Popen(
+            [str(leasework), role], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
         )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
             try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
-            assert api.poll() is None, log.read_text()[-2000:]
-            assert time.monotonic() < deadline, "the api from the wheel never answered"
+            assert process.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, f"the {role} from the wheel never got ready"
             time.sleep(0.2)
-        login = httpx.get(f"{base}/ui/login", timeout=5)
-        assert login.status_code == 200 and "<form" in login.text
-        stylesheet = httpx.get(f"{base}/ui/static/console.css", timeout=5)
-        assert stylesheet.status_code == 200 and stylesheet.text.strip()
+        yield base
     finally:
-        api.terminate()
-        api.wait(timeout=30)
+        process.terminate()
+        process.wait(timeout=30)
