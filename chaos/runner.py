@@ -57,6 +57,7 @@ from chaos.links import link_proxies, link_targets, process_envs
 from chaos.loader import load_scenarios
 from chaos.messages import message_view, topic_end_offsets, topic_messages
 from chaos.metrics import COUNTERS, CounterTracker, MetricsSampler
+from chaos.nemeses.base import NemesisError
 from chaos.nemesis import Nemesis
 from chaos.quiet import Quiet, wait_quiet
 from chaos.record import AlertsSeen, RunDetails, RunRecord, Setup, recovery_rows
@@ -160,6 +161,13 @@ async def run_scenario(
         say(f"[{scenario.name} +{time.monotonic() - t_start:5.1f}s] {line}")
 
     pairs = link_targets(scenario.faults)  # fails early on an impossible link
+    if pairs and stack.layout.mode() == "secure":
+        own = ", ".join("/".join(pair) for pair in pairs)
+        raise NemesisError(
+            f"{scenario.name} cuts a link of one process's own ({own}); the harness builds "
+            "those on the plain listeners only: run it after `just up --plain`"
+        )
+    log(f"stack: leasework's processes on the {stack.layout.mode()} listeners")
     calls = StackCalls(stack)
     toxiproxy = ToxiproxyClient()
     envs: dict[str, dict[str, str]] = {}

@@ -198,7 +198,18 @@ def test_pgbench_script_inserts_one_tagged_noop():
 
 def test_parse_args_defaults_and_validation():
     cfg = bench.parse_args([])
-    assert cfg.rows == ["floor", "single", "batch", "enqueue", "proxied-batch"]
+    assert cfg.rows == [
+        "floor",
+        "lone",
+        "single",
+        "batch",
+        "enqueue",
+        "enqueue-one",
+        "proxied-batch",
+    ]
+    assert cfg.door("enqueue-one") == bench_doors.Door("enqueue-one", 1, 16)
+    assert (cfg.repeat, cfg.fresh) == (1, False)
+    assert bench.parse_args(["--repeat", "3", "--fresh"]).repeat == 3
     assert (cfg.jobs, cfg.floor_jobs, cfg.single_concurrency, cfg.batch_size) == (
         2000,
         5000,
@@ -312,3 +323,50 @@ def test_nice_step():
     assert report.nice_step(1900, 5) == 500
     assert report.nice_step(16, 8) == 2
     assert report.nice_step(0.0, 5) == 1
+
+
+def test_repeated_runs_report_the_median_and_the_spread():
+    def run(rate: float, api_ms: float, start_ms: float, busy: float) -> dict:
+        return {
+            "started_utc": "t",
+            "git_head": "abc",
+            "config": {"fresh": True},
+            "machine_busy_before": busy,
+            "rows": [
+                {
+                    "name": "single",
+                    "e2e_per_s": rate,
+                    "vs_floor": rate / 1000,
+                    "cpu_ms_per_job": {
+                        "total": 2 * api_ms,
+                        "api": api_ms,
+                        "kafka-1": 0.1,
+                        "kafka-2": 0.1,
+                        "kafka-3": 0.2,
+                    },
+                    "paced": {"delay": {"p50_ms": 5.0, "p99_ms": 20.0}},
+                }
+            ],
+            "lone": {
+                "insert_to_start": {"p50_ms": start_ms, "p99_ms": 3 * start_ms},
+                "insert_to_finish": {"p50_ms": 2 * start_ms},
+            },
+            "pgbench": {"tps": 2000.0},
+            "errors": [],
+        }
+
+    summary = report.aggregate(
+        [run(500, 1.0, 9.0, 0.02), run(700, 3.0, 12.0, 0.05), run(600, 2.0, 50.0, 0.01)]
+    )
+    single = summary["rows"]["single"]
+    assert single["e2e jobs/s"] == {"median": 600, "min": 500, "max": 700, "n": 3}
+    assert single["api CPU ms/job"]["median"] == 2.0
+    assert single["brokers CPU ms/job"]["median"] == pytest.approx(0.4)
+    assert summary["lone"]["insert to start p50 ms"]["median"] == 12.0
+    assert summary["lone"]["insert to start p50 ms"]["max"] == 50.0
+    text = report.render_summary(summary)
+    assert "600 (500–700)" in text and "0.60x (0.50–0.70)" in text
+    assert "the whole stack restarted before each run" in text
+    assert "2%, 5%, 1%" in text
+    assert report.spread([None, 2.0]) == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1}
+    assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5

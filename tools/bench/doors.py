@@ -26,7 +26,9 @@ from leasework.client import AsyncClient
 from tools.bench.floor import run_lanes
 from tools.bench.http import Connection, HttpError
 
-DOORS = ("single", "batch", "enqueue")
+DOORS = ("single", "batch", "enqueue", "enqueue-one")
+# the caller's own table for the web-app pattern (an order row and its job in one transaction)
+ORDERS_TABLE = "bench_orders"
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,12 @@ def _enqueue(
                 elif wait < -0.05:
                     late[0] += 1
             with conn.transaction():
+                if door.name == "enqueue-one":
+                    # the web-app pattern: the caller's own row and its job, one transaction
+                    (i,) = parts[index]
+                    conn.execute(f"INSERT INTO {ORDERS_TABLE} (tag, n) VALUES (%s, %s)", (tag, i))
+                    leasework.enqueue(conn, "noop", _payload(tag, i))
+                    continue
                 leasework.enqueue_many(
                     conn, [leasework.job("noop", _payload(tag, i)) for i in parts[index]]
                 )
@@ -177,7 +185,7 @@ def submit(
 ) -> Submitted:
     """Submit ``jobs`` noop jobs tagged ``tag`` through ``door``; ``due`` (chunk index ->
     time.time() to send it at) paces it, open loop."""
-    if door.name == "enqueue":
+    if door.name in ("enqueue", "enqueue-one"):
         return _enqueue(door, dsn, tag, jobs, due)
     if door.name in ("single", "batch"):
         if door.name == "single" and door.chunk != 1:
@@ -214,6 +222,17 @@ def timings(conn: psycopg.Connection, tag: str, since: float) -> tuple[list[floa
     return [r[0] for r in rows], [r[1] for r in rows]
 
 
+def prepare_orders(conn: psycopg.Connection) -> None:
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {ORDERS_TABLE} (id bigserial PRIMARY KEY, tag text NOT NULL, "
+        "n int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+    )
+
+
+def drop_orders(conn: psycopg.Connection) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS {ORDERS_TABLE}")
+
+
 def delete_tagged(conn: psycopg.Connection, prefix: str, since: float) -> int:
     """Delete the jobs whose tag starts with ``prefix`` (their outbox rows, attempts and
     effects go with them: ON DELETE CASCADE)."""
@@ -222,3 +241,55 @@ def delete_tagged(conn: psycopg.Connection, prefix: str, since: float) -> int:
         (since - 1.0, prefix.replace("%", r"\%").replace("_", r"\_") + "%"),
     )
     return cur.rowcount
+
+
+async def _lone(url: str, dsn: str, tag: str, jobs: int, gap: float) -> Submitted:
+    """One job at a time on an otherwise idle pipeline: submit, wait until it has finished
+    (polling its row every 2 ms), wait ``gap`` seconds so every batching window has closed,
+    then the next."""
+    connection = Connection(url)
+    await connection.open()
+    conn = await trio.to_thread.run_sync(lambda: psycopg.connect(dsn, autocommit=True))
+    first = time.time()
+
+    def finished(i: int) -> bool:
+        row = conn.execute(
+            "SELECT 1 FROM jobs WHERE payload->>'bench' = %s AND (payload->>'n')::int = %s "
+            "AND status = 'succeeded' AND created_at >= to_timestamp(%s)",
+            (tag, i, first - 1.0),
+        ).fetchone()
+        return row is not None
+
+    try:
+        for i in range(jobs):
+            status = await connection.post("/jobs", {"type": "noop", "payload": _payload(tag, i)})
+            if status != 202:
+                raise HttpError(f"POST /jobs answered {status}")
+            deadline = time.monotonic() + 30
+            while not await trio.to_thread.run_sync(finished, i):
+                if time.monotonic() > deadline:
+                    raise HttpError(f"lone job {i} did not finish within 30 s")
+                await trio.sleep(0.002)
+            await trio.sleep(gap)
+    finally:
+        await connection.aclose()
+        conn.close()
+    return Submitted(first, time.time(), jobs)
+
+
+def lone(url: str, dsn: str, tag: str, jobs: int, gap: float = 0.3) -> Submitted:
+    return trio.run(_lone, url, dsn, tag, jobs, gap)
+
+
+def lone_timings(
+    conn: psycopg.Connection, tag: str, since: float
+) -> tuple[list[float], list[float]]:
+    """(insert to start, insert to finish), in seconds, of ``tag``'s succeeded jobs: from
+    ``created_at``, the submitting transaction's time."""
+    rows = conn.execute(
+        "SELECT extract(epoch FROM started_at - created_at)::float8, "
+        f"extract(epoch FROM finished_at - created_at)::float8 FROM jobs WHERE {TAGGED} "
+        "AND status = 'succeeded'",
+        {"since": since - 1.0, "tag": tag},
+    ).fetchall()
+    return [r[0] for r in rows], [r[1] for r in rows]

@@ -7,8 +7,16 @@ Rows, in this order (``--rows`` picks some):
 * ``single``, ``batch``, ``enqueue``: leasework with its processes pointed straight at
   Postgres, Redis and Kafka, jobs submitted by ``POST /jobs`` (16 clients), ``POST
   /jobs/batch`` (100 per request) and ``enqueue_many`` (100 per transaction);
+* ``lone``: one job at a time through ``POST /jobs`` on an idle pipeline, insert to start and
+  to finish (no throughput);
+* ``enqueue-one``: the web-app pattern, a row of the caller's own and its job in one
+  transaction (``leasework.enqueue``), 16 connections;
 * ``proxied-batch`` (and ``proxied-single``, ``proxied-enqueue`` on request): the same with
   the stack's normal links, through Toxiproxy.
+
+``--repeat N`` runs all of it N times and writes ``summary.md`` with each figure's median and
+spread; ``--fresh`` stops and starts the whole stack before each run; every run records how
+busy the machine was, with the stack idle, just before it.
 
 For each row: end-to-end jobs/s (first submit to last job finished), its ratio to the
 floor, CPU ms per job per process and peak RSS per process over that window (``/proc``),
@@ -60,8 +68,18 @@ DIRECT_ENV = {
     "LEASEWORK_REDIS_ADDR": f"{HOST}:{REDIS_PORT}",
     "LEASEWORK_KAFKA_BROKERS": KAFKA_DIRECT_BOOTSTRAP,
 }
-ROWS = ("floor", "single", "batch", "enqueue", "proxied-single", "proxied-batch", "proxied-enqueue")
-DEFAULT_ROWS = "floor,single,batch,enqueue,proxied-batch"
+ROWS = (
+    "floor",
+    "lone",
+    "single",
+    "batch",
+    "enqueue",
+    "enqueue-one",
+    "proxied-single",
+    "proxied-batch",
+    "proxied-enqueue",
+)
+DEFAULT_ROWS = "floor,lone,single,batch,enqueue,enqueue-one,proxied-batch"
 POLL = 0.25
 BUCKET = 0.5
 
@@ -77,6 +95,11 @@ class Config:
     floor_jobs: int = 5000
     single_concurrency: int = 16
     single_client: str = "lean"
+    lone_jobs: int = 40
+    lone_gap: float = 0.3
+    enqueue_one_concurrency: int = 16
+    repeat: int = 1
+    fresh: bool = False
     batch_size: int = 100
     batch_concurrency: int = 4
     enqueue_concurrency: int = 4
@@ -98,6 +121,8 @@ class Config:
             return doors.Door("single", 1, self.single_concurrency, self.single_client)
         if kind == "batch":
             return doors.Door("batch", self.batch_size, self.batch_concurrency)
+        if kind == "enqueue-one":
+            return doors.Door("enqueue-one", 1, self.enqueue_one_concurrency)
         return doors.Door("enqueue", self.batch_size, self.enqueue_concurrency)
 
 
@@ -107,6 +132,8 @@ def door_label(door: doors.Door) -> str:
         return f"POST /jobs, {door.concurrency} clients ({client})"
     if door.name == "batch":
         return f"POST /jobs/batch {door.chunk}/req, {door.concurrency} in flight"
+    if door.name == "enqueue-one":
+        return f"an order row + enqueue, 1/tx, {door.concurrency} conns"
     return f"enqueue_many {door.chunk}/tx, {door.concurrency} conns"
 
 
@@ -137,6 +164,25 @@ class Bench:
             self.stack.start(name, extra_env=DIRECT_ENV if links == "direct" else None, timeout=90)
         self.links = links
         self.warm_up()
+
+    def fresh_stack(self) -> float:
+        """``just down`` and ``just up``: every process of the stack started afresh (brokers,
+        Postgres and Redis included, their caches cold); the seconds it took."""
+        t0 = time.monotonic()
+        log("fresh: stopping and starting the whole stack")
+        self.db.close()
+        self.stack.down()
+        self.stack.up(apps=True)
+        self.db = psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True)
+        self.links = "toxiproxy"
+        return time.monotonic() - t0
+
+    def machine_before(self, seconds: float = 5.0) -> float:
+        """How busy the machine is before the run, with the stack idle (non-idle share of all
+        CPUs over ``seconds``): a figure from a machine busy with something else is noise."""
+        before = procfs.machine_ticks()
+        time.sleep(seconds)
+        return procfs.busy_fraction(before, procfs.machine_ticks())
 
     def restore(self) -> None:
         log(f"restoring {', '.join(APPS)} to their normal environment")
@@ -241,6 +287,25 @@ class Bench:
         self.wait_done(ptag, n, psub.first)
         pfinished, delays = doors.timings(self.db, ptag, psub.first)
         result["paced"] = _paced(rate, n, interval, psub, pfinished, delays)
+        self.drop_jobs()
+        self.quiet()
+        return result
+
+    def lone_row(self) -> dict[str, Any]:
+        """One job at a time on an idle pipeline: insert to start and to finish."""
+        self.point_apps("direct")
+        tag, jobs = f"{self.run_id}-lone", self.cfg.lone_jobs
+        log(f"lone: {jobs} jobs one at a time, {self.cfg.lone_gap:g} s apart, direct links")
+        sub = doors.lone(API_URL, POSTGRES_DIRECT_DSN, tag, jobs, self.cfg.lone_gap)
+        started, finished = doors.lone_timings(self.db, tag, sub.first)
+        result = {
+            "name": "lone",
+            "door": f"POST /jobs, one at a time, {self.cfg.lone_gap:g} s idle between",
+            "links": "direct",
+            "jobs": jobs,
+            "insert_to_start": report.delay_summary(started),
+            "insert_to_finish": report.delay_summary(finished),
+        }
         self.drop_jobs()
         self.quiet()
         return result
@@ -381,7 +446,7 @@ def git_head() -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def run(stack: Stack, cfg: Config) -> tuple[dict[str, Any], Path]:
+def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[str, Any], Path]:
     started = datetime.now(UTC)
     bench = Bench(stack, cfg)
     result: dict[str, Any] = {
@@ -393,14 +458,25 @@ def run(stack: Stack, cfg: Config) -> tuple[dict[str, Any], Path]:
         "method": report.METHOD,
         "rows": [],
         "idle": None,
+        "lone": None,
         "pgbench": None,
+        "fresh_restarts_s": [],
         "errors": [],
     }
-    directory = cfg.out / started.strftime("%Y%m%dT%H%M%SZ")
+    directory = directory or cfg.out / started.strftime("%Y%m%dT%H%M%SZ")
     try:
+        if cfg.fresh:
+            result["fresh_restarts_s"].append(bench.fresh_stack())
+        result["machine_busy_before"] = bench.machine_before()
+        log(f"machine busy before the run: {result['machine_busy_before'] * 100:.0f}%")
+        if "enqueue-one" in cfg.rows:
+            doors.prepare_orders(bench.db)
         for row in cfg.rows:
             if row == "floor":
                 result["rows"].append(bench.floor_row())
+                continue
+            if row == "lone":
+                result["lone"] = bench.lone_row()
                 continue
             if result["idle"] is None and cfg.idle_seconds > 0 and not row.startswith("proxied-"):
                 bench.point_apps("direct")
@@ -416,7 +492,12 @@ def run(stack: Stack, cfg: Config) -> tuple[dict[str, Any], Path]:
         result["errors"].append("interrupted")
         log("interrupted: cleaning up")
     finally:
-        for step in (bench.drop_jobs, bench.restore, bench.db.close):
+        for step in (
+            bench.drop_jobs,
+            lambda: doors.drop_orders(bench.db),
+            bench.restore,
+            lambda: bench.db.close(),
+        ):
             try:
                 step()
             except (StackError, psycopg.Error) as exc:
@@ -467,6 +548,20 @@ def parse_args(argv: list[str] | None) -> Config:
         default="lean",
         help="the single row's HTTP client (see tools/bench/http.py)",
     )
+    p.add_argument("--lone-jobs", type=int, default=40, help="jobs of the lone row, one at a time")
+    p.add_argument("--lone-gap", type=float, default=0.3, help="idle seconds between lone jobs")
+    p.add_argument(
+        "--enqueue-one-concurrency", type=int, default=16, help="enqueue-one connections"
+    )
+    p.add_argument(
+        "--repeat", type=int, default=1, help="run every row N times; report median and spread"
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="stop and start the whole stack before each run (cold brokers, Postgres, Redis); "
+        "not before each row: a restart takes a minute on two cores, 21 of them for 3 runs",
+    )
     p.add_argument("--batch-size", type=int, default=100, help="jobs per batch request or tx")
     p.add_argument("--batch-concurrency", type=int, default=4, help="batch requests in flight")
     p.add_argument("--enqueue-concurrency", type=int, default=4, help="enqueue_many connections")
@@ -489,8 +584,13 @@ def parse_args(argv: list[str] | None) -> Config:
     unknown = [r for r in rows if r not in ROWS]
     if unknown or not rows:
         p.error(f"--rows: unknown {', '.join(unknown) or '(none given)'}; use {', '.join(ROWS)}")
-    if min(a.jobs, a.floor_jobs, a.batch_size) < 1 or not 0 < a.paced_fraction <= 1:
-        p.error("--jobs, --floor-jobs, --batch-size must be >= 1; --paced-fraction in (0, 1]")
+    if min(a.jobs, a.floor_jobs, a.batch_size, a.repeat, a.lone_jobs) < 1 or not (
+        0 < a.paced_fraction <= 1
+    ):
+        p.error(
+            "--jobs, --floor-jobs, --batch-size, --repeat, --lone-jobs must be >= 1; "
+            "--paced-fraction in (0, 1]"
+        )
     values = {k: v for k, v in vars(a).items() if k != "rows"}
     return Config(rows=rows, **values)
 
@@ -498,6 +598,10 @@ def parse_args(argv: list[str] | None) -> Config:
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     stack = Stack.from_env()
+    if stack.layout.mode() == "secure":
+        log("the stack runs secured (`just up --secure`); the bench measures the plain links: "
+            "run `just up --plain` first")  # fmt: skip
+        return 2
     missing = check_stack(stack)
     if missing:
         log(
@@ -505,7 +609,22 @@ def main(argv: list[str] | None = None) -> int:
             "(`just status` shows what runs)."
         )
         return 2
-    result, directory = run(stack, cfg)
-    print(report.render_markdown(result).split("\n## Throughput over time")[0])
-    print(f"\nreport: {directory}/bench.md")
-    return 1 if result["errors"] else 0
+    if cfg.repeat == 1:
+        result, directory = run(stack, cfg)
+        print(report.render_markdown(result).split("\n## Throughput over time")[0])
+        print(f"\nreport: {directory}/bench.md")
+        return 1 if result["errors"] else 0
+    top = cfg.out / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    results = []
+    for k in range(cfg.repeat):
+        log(f"run {k + 1} of {cfg.repeat}")
+        result, _ = run(stack, cfg, top / f"run-{k + 1}")
+        results.append(result)
+    summary = report.aggregate(results)
+    top.mkdir(parents=True, exist_ok=True)
+    (top / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    text = report.render_summary(summary)
+    (top / "summary.md").write_text(text)
+    print(text)
+    print(f"\nreport: {top}/summary.md (each run under {top}/run-N/)")
+    return 1 if any(r["errors"] for r in results) else 0

@@ -200,6 +200,28 @@ def rss_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return table(headers, body)
 
 
+def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
+    if not lone:
+        return []
+    start, finish = lone["insert_to_start"], lone["insert_to_finish"]
+    return [
+        "## A lone job on an idle stack",
+        "",
+        f"{lone['jobs']} noop jobs through `POST /jobs`, each submitted once the one before had "
+        f"finished and the pipeline had been idle for a while ({lone['door']}); from the job's "
+        "`created_at` (the submitting transaction) to its `started_at` and `finished_at`:",
+        "",
+        *table(
+            ["", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+            [
+                [name, *(fmt(d.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))]
+                for name, d in (("insert to start", start), ("insert to finish", finish))
+            ],
+        ),
+        "",
+    ]
+
+
 def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg") -> str:
     rows = result["rows"]
     floor = result.get("floor_e2e_per_s")
@@ -207,12 +229,19 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         f"# just bench, {result['started_utc']}",
         "",
         f"git {result['git_head']} on {result['nproc']} CPUs; "
-        f"floor {fmt(floor)} jobs/s end to end.",
+        f"floor {fmt(floor)} jobs/s end to end; machine busy before the run "
+        f"{_percent(result.get('machine_busy_before'))} (stack idle, 5 s)"
+        + (
+            "; the whole stack restarted before the run."
+            if (result.get("config") or {}).get("fresh")
+            else "."
+        ),
         "",
         *(f"**error:** {e}" for e in result.get("errors", [])),
         *([""] if result.get("errors") else []),
         *main_table(rows),
         "",
+        *lone_section(result.get("lone")),
         "## CPU milliseconds per job, per process",
         "",
         "Over each row's throughput window (first submit to last job finished), from "
@@ -263,6 +292,122 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         *(f"- {line}" for line in result.get("method", [])),
         "",
     ]
+    return "\n".join(lines)
+
+
+# --- repeated runs ---------------------------------------------------------------------------
+KAFKA = ("kafka-1", "kafka-2", "kafka-3")
+
+
+def row_figures(row: Mapping[str, Any]) -> dict[str, float | None]:
+    """The figures of one row that a repeated bench summarises."""
+    cpu = row.get("cpu_ms_per_job") or {}
+    delay = (row.get("paced") or {}).get("delay") or {}
+    kafka = [cpu.get(k) for k in KAFKA]
+    return {
+        "e2e jobs/s": row.get("e2e_per_s"),
+        "vs floor": row.get("vs_floor"),
+        "CPU ms/job": cpu.get("total"),
+        "api CPU ms/job": cpu.get("api"),
+        "brokers CPU ms/job": None if None in kafka else sum(kafka),  # type: ignore[arg-type]
+        "paced p50 ms": delay.get("p50_ms"),
+        "paced p99 ms": delay.get("p99_ms"),
+    }
+
+
+def lone_figures(lone: Mapping[str, Any] | None) -> dict[str, float | None]:
+    start = (lone or {}).get("insert_to_start") or {}
+    finish = (lone or {}).get("insert_to_finish") or {}
+    return {
+        "insert to start p50 ms": start.get("p50_ms"),
+        "insert to start p99 ms": start.get("p99_ms"),
+        "insert to finish p50 ms": finish.get("p50_ms"),
+    }
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """Median, lowest and highest of the values measured (None where a run had none)."""
+    got = sorted(v for v in values if v is not None)
+    if not got:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    mid = len(got) // 2
+    median = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+    return {"median": median, "min": got[0], "max": got[-1], "n": len(got)}
+
+
+def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median and spread, over repeated runs, of every row's figures, the lone job's
+    latencies, pgbench's tps and how busy the machine was before each run."""
+    names = [r["name"] for r in results[0]["rows"]] if results else []
+    rows = {}
+    for name in names:
+        per_run = [
+            row_figures(next((r for r in res["rows"] if r["name"] == name), {})) for res in results
+        ]
+        rows[name] = {key: spread([f[key] for f in per_run]) for key in per_run[0]}
+    lone = [lone_figures(res.get("lone")) for res in results]
+    return {
+        "runs": len(results),
+        "started_utc": [res["started_utc"] for res in results],
+        "git_head": results[0]["git_head"] if results else None,
+        "fresh": bool(results and results[0]["config"].get("fresh")),
+        "machine_busy_before": [res.get("machine_busy_before") for res in results],
+        "rows": rows,
+        "lone": {key: spread([f[key] for f in lone]) for key in lone[0]} if lone else {},
+        "pgbench_tps": spread([(res.get("pgbench") or {}).get("tps") for res in results]),
+        "errors": [e for res in results for e in res.get("errors", [])],
+    }
+
+
+def _spread_cell(s: Mapping[str, Any], digits: int, suffix: str = "") -> str:
+    if s.get("median") is None:
+        return "–"
+    return f"{fmt(s['median'], digits)}{suffix} ({fmt(s['min'], digits)}–{fmt(s['max'], digits)})"
+
+
+def render_summary(summary: Mapping[str, Any]) -> str:
+    """summary.md: each figure as median (lowest–highest) over the runs."""
+    busy = ", ".join(_percent(b) for b in summary["machine_busy_before"])
+    fresh = "the whole stack restarted before each run" if summary["fresh"] else "one stack"
+    digits = {"vs floor": 2, "CPU ms/job": 2, "api CPU ms/job": 2, "brokers CPU ms/job": 2}
+    first = next(iter(summary["rows"].values()), {})
+    headers = ["row", *first]
+    body = [
+        [
+            name,
+            *(
+                _spread_cell(
+                    s, digits.get(key, 1 if "ms" in key else 0), "x" if key == "vs floor" else ""
+                )
+                for key, s in figures.items()
+            ),
+        ]
+        for name, figures in summary["rows"].items()
+    ]
+    lines = [
+        f"# just bench, {summary['runs']} runs ({fresh})",
+        "",
+        f"git {summary['git_head']}; runs started {', '.join(summary['started_utc'])}; machine "
+        f"busy before each run (stack idle, 5 s): {busy}.",
+        "",
+        "Each figure: median (lowest–highest) over the runs.",
+        "",
+        *(f"**error:** {e}" for e in summary.get("errors", [])),
+        *table(headers, body),
+        "",
+    ]
+    if summary.get("lone"):
+        lines += [
+            "## A lone job on an idle stack",
+            "",
+            *table(
+                ["figure", "median (lowest–highest)"],
+                [[key, _spread_cell(s, 1)] for key, s in summary["lone"].items()],
+            ),
+            "",
+        ]
+    if summary["pgbench_tps"].get("median") is not None:
+        lines += [f"pgbench: {_spread_cell(summary['pgbench_tps'], 0)} tps.", ""]
     return "\n".join(lines)
 
 
