@@ -80,8 +80,16 @@ def run_role(role: str, args: list[str] | None = None) -> int:
     if (taken := address_taken(settings.ops_addr)) is not None:
         print(f"leasework {role}: {taken}", file=sys.stderr)
         return 2
+    from leasework.preflight import Refused, failure_lines
+
     prepare(app)
-    trio.run(LONG_RUNNING[role], settings, app)
+    try:
+        trio.run(LONG_RUNNING[role], settings, app)
+    except Refused as exc:
+        for line in failure_lines(exc.checks):
+            print(f"leasework {role}: {line}", file=sys.stderr)
+        print(f"leasework {role}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -29,6 +29,12 @@ DEFAULT_OPS_ADDR = {
 APP_ROLES = ("api", "worker", "dev")
 
 
+# LEASEWORK_DOCTOR_ALLOW: start-up checks whose failure a process starts past (leasework.preflight)
+DOCTOR_ALLOW_ALL = "all"
+DOCTOR_SINGLE_REPLICA = "single-replica"  # the Kafka replication checks, as doctor's flag
+DOCTOR_CHECK_ROOTS = ("kafka", "redis", "postgres")  # every check's name starts with one
+
+
 # a plain TTL lease: no fence condition on the terminal write, no deadline scope; for the
 # fencing demonstration and the chaos harness's "can it fail" run only
 UNSAFE_LEASE_MODE = "unsafe-plain-ttl"
@@ -75,6 +81,7 @@ SETTING_VARIABLES = (
     "INTERNAL_ADDR",
     "CONSUMER_GROUP",
     "APP",
+    "DOCTOR_ALLOW",
 )
 
 
@@ -213,6 +220,9 @@ class Settings:
     internal_addr: tuple[str, int] | None = None
     # every Kafka client: further librdkafka properties (LEASEWORK_RDKAFKA_*), e.g. SASL, TLS
     kafka_properties: tuple[tuple[str, str], ...] = ()
+    # api, relay, worker, dev: start-up checks whose failure the process starts past, logged
+    # and shown (check names, dotted prefixes of them, single-replica or all)
+    doctor_allow: tuple[str, ...] = ()
 
     @property
     def redis(self) -> RedisTarget:
@@ -298,6 +308,8 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         values["consumer_group"] = group
     if role in APP_ROLES:
         values["app"] = _app(role, get("APP"))
+    if (allow := get("DOCTOR_ALLOW")) is not None:
+        values["doctor_allow"] = parse_doctor_allow(allow)
     return Settings(**values)  # type: ignore[arg-type]
 
 
@@ -397,6 +409,27 @@ def _app(role: str, app: str | None) -> str:
             "with noop, sleep, fail, ledger and echo is leasework.demo:app)"
         )
     return app
+
+
+_CHECK_NAME = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_.-]+)*$")
+
+
+def parse_doctor_allow(raw: str) -> tuple[str, ...]:
+    """``kafka.replication, postgres.synchronous_commit``: the checks a process may start
+    past; each entry a check's name or a dotted prefix of names (``kafka.min_insync``),
+    ``single-replica`` or ``all``."""
+    entries = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for entry in entries:
+        if entry in (DOCTOR_ALLOW_ALL, DOCTOR_SINGLE_REPLICA):
+            continue
+        if not _CHECK_NAME.match(entry) or entry.split(".")[0] not in DOCTOR_CHECK_ROOTS:
+            raise ConfigError(
+                f"LEASEWORK_DOCTOR_ALLOW: {entry!r} names no start-up check; list check names "
+                "as `leasework doctor` prints them (postgres.synchronous_commit, "
+                f"kafka.replication.jobs.ready, or a prefix such as kafka.replication), "
+                f"{DOCTOR_SINGLE_REPLICA} or {DOCTOR_ALLOW_ALL}"
+            )
+    return entries
 
 
 def known_keys() -> tuple[str, ...]:

@@ -688,7 +688,9 @@ def run(args, environ: Mapping[str, str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     options = Options(
-        allow_single_replica=args.allow_single_replica or allow_from_env(env),
+        allow_single_replica=args.allow_single_replica
+        or allow_from_env(env)
+        or SINGLE_REPLICA in settings.doctor_allow,
         ready_partitions=args.partitions,
     )
     if options.allow_single_replica:

@@ -26,6 +26,9 @@ class Health:
     checked: set[str] = field(default_factory=set)
     # a process may declare itself not ready (draining, or a loop that cannot make progress)
     conditions: dict[str, str] = field(default_factory=dict)
+    # failed start-up checks an override let this process start past ({"check", "found"}):
+    # it is ready, but runs against an unsafe setup (leasework.preflight)
+    overridden: list[dict[str, str]] = field(default_factory=list)
 
     def add(self, name: str, probe: Probe) -> None:
         self.probes[name] = probe
@@ -37,11 +40,19 @@ class Health:
 
     def readiness(self, process_name: str, *, detail: bool) -> tuple[dict[str, Any], int]:
         """The body and status of ``/readyz``. Without ``detail`` it names the unavailable
-        dependencies but not their errors (for a port that may face a network)."""
+        dependencies but not their errors (for a port that may face a network), and the
+        overridden start-up checks but not what they found. An override never makes a
+        process unready."""
         ok, problems = self.ready()
         body: dict[str, Any] = {"status": "ready" if ok else "not ready", "process": process_name}
         if problems:
             body["unavailable"] = problems if detail else {name: "unavailable" for name in problems}
+        if self.overridden:
+            body["overridden"] = (
+                [dict(o) for o in self.overridden]
+                if detail
+                else [{"check": o["check"]} for o in self.overridden]
+            )
         return body, (200 if ok else 503)
 
     async def check_once(self) -> None:

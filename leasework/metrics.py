@@ -138,3 +138,9 @@ auth_failures = Counter(
     "refused_again: the same wrong token within a minute; throttled: answered late)",
     ["reason"],
 )
+doctor_overridden = Gauge(
+    "leasework_doctor_overridden",
+    "1 for each failed start-up check this process started past because LEASEWORK_DOCTOR_ALLOW "
+    "overrides it: it runs against an unsafe setup",
+    ["check"],
+)

@@ -17,6 +17,7 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.health import Health
 from leasework.kafka import client_config, cluster_probe
+from leasework.preflight import Preflight
 from leasework.service import Stopping, run_service
 from leasework.worker.process import Worker
 
@@ -67,6 +68,15 @@ def kafka_probe(settings: Settings, topics: list[str]):
     return probe
 
 
+async def start_checks(settings: Settings, health: Health) -> Preflight:
+    """The doctor's checks, once, before the role serves: raises
+    :class:`~leasework.preflight.Refused` on a failure that breaks the promise and no
+    override (what refuses, what is deferred: :mod:`leasework.preflight`)."""
+    checks = Preflight(settings, health)
+    await checks.start()
+    return checks
+
+
 async def register_types(db: Database, app: App, process_name: str) -> None:
     """Record the app's job types in ``job_types`` (the SQL door's registry), retrying until
     the database answers; the process serves meanwhile."""
@@ -111,6 +121,7 @@ async def run_api(settings: Settings, app: App) -> None:
         application_name=settings.process_name,
     )
     health = Health()
+    checks = await start_checks(settings, health)
     health.add("postgres", postgres_probe(db))
     web = ApiParts(settings, db, health, app)
     await db.open()
@@ -123,7 +134,7 @@ async def run_api(settings: Settings, app: App) -> None:
             nursery.cancel_scope.cancel()
 
     try:
-        await run_service(settings, health, body, app=web.asgi)
+        await run_service(settings, health, body, app=web.asgi, preflight=checks)
     finally:
         await db.close()
 
@@ -136,6 +147,7 @@ async def run_relay(settings: Settings, app: App | None = None) -> None:
         application_name=settings.process_name,
     )
     health = Health()
+    checks = await start_checks(settings, health)
     health.add("postgres", postgres_probe(db))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
     await db.open()
@@ -144,7 +156,7 @@ async def run_relay(settings: Settings, app: App | None = None) -> None:
         await relay.run(settings, db, health.conditions, stopping)
 
     try:
-        await run_service(settings, health, body)
+        await run_service(settings, health, body, preflight=checks)
     finally:
         await db.close()
 
@@ -158,6 +170,7 @@ async def run_worker(settings: Settings, app: App) -> None:
         application_name=settings.process_name,
     )
     health = Health()
+    checks = await start_checks(settings, health)
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready]))
@@ -171,7 +184,7 @@ async def run_worker(settings: Settings, app: App) -> None:
             nursery.cancel_scope.cancel()
 
     try:
-        await run_service(settings, health, body)
+        await run_service(settings, health, body, preflight=checks)
     finally:
         await db.close()
 
@@ -186,6 +199,7 @@ async def run_dev(settings: Settings, app: App) -> None:
         application_name=settings.process_name,
     )
     health = Health()
+    checks = await start_checks(settings, health)
     health.add("postgres", postgres_probe(db))
     health.add("redis", redis_probe(settings))
     health.add("kafka", kafka_probe(settings, [settings.topic_ready, settings.topic_dlq]))
@@ -201,7 +215,7 @@ async def run_dev(settings: Settings, app: App) -> None:
             nursery.cancel_scope.cancel()
 
     try:
-        await run_service(settings, health, body, app=web.asgi)
+        await run_service(settings, health, body, app=web.asgi, preflight=checks)
     finally:
         await db.close()
 

@@ -22,6 +22,7 @@ from quart_trio import QuartTrio
 
 from leasework.config import Settings
 from leasework.health import Health, measure_event_loop_lag
+from leasework.preflight import Preflight, Refused, refusal
 
 log = logging.getLogger("leasework.service")
 
@@ -112,10 +113,13 @@ async def run_service(
     health: Health,
     body: Callable[[Stopping], Awaitable[None]],
     app: QuartTrio | None = None,
+    preflight: Preflight | None = None,
 ) -> None:
     """Serve ops endpoints, run ``body`` and drain on SIGTERM within the shutdown timeout.
     With ``app`` (the api's), the ops endpoints are its; ``LEASEWORK_INTERNAL_ADDR`` adds a
-    second listener with the ops endpoints alone."""
+    second listener with the ops endpoints alone. ``preflight`` (the start-up checks, run
+    already) checks the dependencies it could not reach at start once they answer; a failure
+    then drains the process like a signal and raises :class:`~leasework.preflight.Refused`."""
     listeners: list[tuple[tuple[str, int], QuartTrio]] = []
     if settings.ops_addr is not None:
         listeners.append((settings.ops_addr, app or ops_app(health, settings.process_name)))
@@ -126,6 +130,14 @@ async def run_service(
 
     async with trio.open_nursery() as nursery:
 
+        def drain(reason: str) -> None:
+            log.info(
+                "draining", extra={"signal": reason, "timeout_seconds": settings.shutdown_timeout}
+            )
+            health.conditions["shutdown"] = f"draining after {reason}"
+            stopping.set(reason)
+            nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_timeout
+
         async def watch_signals() -> None:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
@@ -134,15 +146,11 @@ async def run_service(
                         log.warning("second signal: stopping now", extra={"signal": name})
                         nursery.cancel_scope.cancel()
                         return
-                    log.info(
-                        "draining",
-                        extra={"signal": name, "timeout_seconds": settings.shutdown_timeout},
-                    )
-                    health.conditions["shutdown"] = f"draining after {name}"
-                    stopping.set(name)
-                    nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_timeout
+                    drain(name)
 
         nursery.start_soon(watch_signals)
+        if preflight is not None and preflight.pending:
+            nursery.start_soon(preflight.run_deferred, drain)
         nursery.start_soon(measure_event_loop_lag)
         await nursery.start(health.run)
         serving: list[trio.Event] = []
@@ -161,3 +169,5 @@ async def run_service(
             for done in serving:
                 await done.wait()
         nursery.cancel_scope.cancel()
+    if preflight is not None and preflight.refused:
+        raise Refused(refusal(preflight.refused), preflight.refused)

@@ -109,7 +109,7 @@ def create_app(
         document=openapi_document(jobs_app),
     )
     app = quart_app(context, ROUTES)
-    add_console_routes(app, db=db, auth=auth, settings=settings, limiter=limiter)
+    add_console_routes(app, db=db, auth=auth, settings=settings, limiter=limiter, health=health)
     fast = FastPath(app, context, [route for route in ROUTES if route.fast])
     return Guard(fast, Router(ROUTES), auth, limiter, limits)
 

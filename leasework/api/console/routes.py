@@ -48,6 +48,7 @@ from leasework.api.routes import scope_of
 from leasework.api.routing import Route, quart_rule
 from leasework.config import Settings
 from leasework.db import Database
+from leasework.health import Health
 from leasework.states import RETRYABLE, TERMINAL, Status
 from leasework.store import console as queries
 from leasework.store import operators
@@ -154,11 +155,13 @@ class Console:
         auth: Authenticator,
         settings: Settings,
         limiter: RateLimiter | None = None,
+        health: Health | None = None,
     ) -> None:
         self.db = db
         self.auth = auth
         self.settings = settings
         self.limiter = limiter
+        self.health = health  # the overview shows the start-up checks it overrode
         self._codec: SessionCodec | None = None
 
     async def codec(self) -> SessionCodec:
@@ -334,6 +337,7 @@ class Console:
             delay=line_chart(metrics.delay, start=start, end=now, threshold=prometheus.SLO_SECONDS),
             slo_seconds=prometheus.SLO_SECONDS,
             slo_target=prometheus.SLO_TARGET,
+            overridden=self.health.overridden if self.health is not None else [],
         )
 
     async def jobs(self) -> Response:
@@ -598,9 +602,10 @@ def add_console_routes(
     auth: Authenticator,
     settings: Settings,
     limiter: RateLimiter | None = None,
+    health: Health | None = None,
 ) -> None:
     """Mount the console at ``/ui`` (see the module docstring)."""
-    app.register_blueprint(Console(db, auth, settings, limiter).blueprint())
+    app.register_blueprint(Console(db, auth, settings, limiter, health).blueprint())
 
 
 # ---------------------------------------------------------------- the route table
