@@ -135,3 +135,46 @@ def test_unreachable_dependencies_fail_and_say_so(stack):
     for name, check in checks.items():
         assert_explained_failure(check, "cannot reach")
         assert name in check.found.lower()
+
+
+def test_redis_persistence_off_fails(stack):
+    client = redisconn.connect(stack_settings().redis, timeout=3, decode_responses=True)
+    appendonly, save = client.config_get("appendonly")["appendonly"], client.config_get("save")
+    assert appendonly == "yes"
+    try:
+        client.config_set("appendonly", "no")
+        client.config_set("save", "")
+        checks = by_name(doctor.gather_redis(stack_settings()))
+    finally:
+        client.config_set("appendonly", appendonly)
+        client.config_set("save", save["save"])
+        client.close()
+    assert_explained_failure(checks["redis.persistence"], "appendonly no")
+    assert checks["redis.eviction"].status == OK
+
+
+@pytest.fixture
+def weak_topic(stack):
+    """A scratch topic with replication factor 1 and min.insync.replicas 1 (the stack's own
+    topics are left alone), deleted afterwards."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": layout.KAFKA_DIRECT_BOOTSTRAP})
+    name = "doctor.weak"
+    if name not in admin.list_topics(timeout=10).topics:
+        spec = NewTopic(name, 12, 1, config={"min.insync.replicas": "1"})
+        for future in admin.create_topics([spec]).values():
+            future.result(30)
+    yield name
+    for future in admin.delete_topics([name]).values():
+        future.result(30)
+
+
+def test_replication_one_and_min_insync_one_fail_and_the_override_warns(weak_topic):
+    settings = replace(stack_settings(), topic_ready=weak_topic)
+    checks = by_name(doctor.gather_kafka(settings, Options()))
+    assert_explained_failure(checks[f"kafka.replication.{weak_topic}"], "replication factor 1")
+    assert_explained_failure(checks[f"kafka.min_insync.{weak_topic}"], "min.insync.replicas=1")
+    assert checks[f"kafka.topic.{weak_topic}"].status == OK
+    allowed = by_name(doctor.gather_kafka(settings, Options(allow_single_replica=True)))
+    assert allowed[f"kafka.replication.{weak_topic}"].status == doctor.WARN

@@ -15,8 +15,10 @@ Rows, in this order (``--rows`` picks some):
   the stack's normal links, through Toxiproxy.
 
 ``--repeat N`` runs all of it N times and writes ``summary.md`` with each figure's median and
-spread; ``--fresh`` stops and starts the whole stack before each run; every run records how
-busy the machine was, with the stack idle, just before it.
+spread; ``--fresh`` stops and starts the whole stack before each run, then waits until the
+machine is quiet (below 20% busy over 5 s, at most 2 minutes: right after a start the brokers'
+JIT compilers alone keep a third of two cores busy); every run records how busy the machine
+was, with the stack idle, just before it.
 
 For each row: end-to-end jobs/s (first submit to last job finished), its ratio to the
 floor, CPU ms per job per process and peak RSS per process over that window (``/proc``),
@@ -183,6 +185,18 @@ class Bench:
         before = procfs.machine_ticks()
         time.sleep(seconds)
         return procfs.busy_fraction(before, procfs.machine_ticks())
+
+    def settle_after_start(self, quiet: float = 0.2, patience: float = 120.0) -> float:
+        """After a fresh start, wait until the machine is quiet (below ``quiet`` busy over 5 s:
+        the brokers' JIT compilers and start-up work done), at most ``patience`` seconds, so
+        the floor, measured first, is not measured against the start-up; the busy share of
+        the last 5 s."""
+        deadline = time.monotonic() + patience
+        while True:
+            busy = self.machine_before()
+            if busy < quiet or time.monotonic() > deadline:
+                log(f"settled: machine {busy * 100:.0f}% busy over the last 5 s")
+                return busy
 
     def restore(self) -> None:
         log(f"restoring {', '.join(APPS)} to their normal environment")
@@ -467,6 +481,7 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
     try:
         if cfg.fresh:
             result["fresh_restarts_s"].append(bench.fresh_stack())
+            bench.settle_after_start()
         result["machine_busy_before"] = bench.machine_before()
         log(f"machine busy before the run: {result['machine_busy_before'] * 100:.0f}%")
         if "enqueue-one" in cfg.rows:
