@@ -69,22 +69,29 @@ test-unit: bootstrap
     {{python}} -m pytest tests/unit -q
 
 # every test: unit, then integration against the real stack (started if needed, reused if up), then API conformance, then the connection tests once more with the stack secured
-test: bootstrap
+test: test-plain test-secured
+
+# unit, integration (the stack in its current mode, plain by default) and API conformance
+test-plain: bootstrap
     {{stack}} provision
     {{python}} -m pytest tests/unit -q
     {{stack}} up
-    {{python}} -m pytest tests/integration -q
+    {{python}} -m pytest tests/integration -q --durations=15
     {{python}} -m tools.conformance
-    just test-secured
 
-# the tests that touch a dependency's connection, with leasework's processes on the secured listeners (`up --secure`); the stack goes back to its mode before, pass or fail
+# the long tests left out of `just test` (marked ondemand: what they show, a faster test shows too)
+test-ondemand: bootstrap
+    {{stack}} up
+    {{python}} -m pytest tests -q -m ondemand
+
+# the tests that touch a dependency's connection (the secured listeners, the leases, a whole job through every secured connection) with leasework's processes on the secured listeners (`up --secure`); the stack goes back to its mode before, pass or fail
 test-secured: bootstrap
     #!/usr/bin/env bash
     set -euo pipefail
     before=$(cat "${LEASEWORK_STATE_DIR:-/var/tmp/leasework}/mode" 2>/dev/null || echo plain)
     trap '{{stack}} up --$before' EXIT
     {{stack}} up --secure
-    {{python}} -m pytest -q tests/integration/test_secured.py tests/integration/test_pipeline.py tests/integration/test_lease.py tests/integration/test_auth.py
+    {{python}} -m pytest -q tests/integration/test_secured.py tests/integration/test_lease.py
 
 # schemathesis against /openapi.json, on an api and database of its own (see tools/conformance.py)
 conformance: bootstrap

@@ -138,6 +138,9 @@ def test_sigterm_mid_burst_loses_nothing(stack, client, db):
     assert succeeded == 40
 
 
+# 75 s for both; that fencing off gives duplicates and fencing on none is shown in CI by
+# test_chaos.py (scenario b, fenced and unsafe, judged by the checker)
+@pytest.mark.ondemand
 @pytest.mark.parametrize("unsafe", [True, False], ids=["unsafe-plain-ttl", "fenced"])
 def test_demo_fence_duplicates_only_when_unsafe(stack, unsafe):
     result = demo_fence.run_once(stack, unsafe=unsafe, jobs=4)
