@@ -1,6 +1,7 @@
 """``python -m tools.profile_api``: where the api's CPU goes per single submit.
 
-Samples the stack's api with py-spy (``--nonblocking``: the api is never paused) while the
+Samples the stack's api with py-spy (``--nonblocking``: the api is never paused; ``--gil``:
+only the thread running Python, so waits on sockets and locks are not counted) while the
 bench's single door sends one job per ``POST /jobs`` from 16 keep-alive clients, then prints
 and writes (``reports/profile/<UTC time>/``) the share of samples per area of the code (the
 HTTP server, the guard, validation, the group commit, the database driver, JSON, Trio) and the
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = out / "api.raw.txt"
     recorder = subprocess.Popen(
         [str(spy), "record", "--pid", str(pid), "--rate", str(a.rate), "--nonblocking",
-         "--format", "raw", "--output", str(raw)],
+         "--gil", "--format", "raw", "--output", str(raw)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
