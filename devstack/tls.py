@@ -18,7 +18,9 @@ harness's own admin calls and fault injection.
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
+import threading
 from pathlib import Path
 
 from . import procs, tools
@@ -67,14 +69,26 @@ def _valid(cert: Path) -> bool:
     return checked.returncode == 0
 
 
+_making = threading.Lock()
+
+
 def ensure(layout: Layout) -> dict[str, Path]:
-    """The CA and certificates, made (again) when missing or about to expire. Idempotent."""
+    """The CA and certificates, made (again) when missing or about to expire. Idempotent,
+    and safe to call at once from the services' parallel starts and from several processes:
+    one caller makes them, the others wait and find them made (two makers at once wrote a
+    server key and a certificate of another key, and Postgres refused to start)."""
+    layout.tls_dir.mkdir(parents=True, exist_ok=True)
+    with _making, open(layout.tls_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure(layout)
+
+
+def _ensure(layout: Layout) -> dict[str, Path]:
     paths = files(layout)
     if all(p.exists() for p in paths.values()) and all(
         _valid(paths[c]) for c in ("ca.pem", "server.pem", "client.pem")
     ):
         return paths
-    layout.tls_dir.mkdir(parents=True, exist_ok=True)
     layout.tls_dir.chmod(0o755)
     log = layout.log("tls")
     log.parent.mkdir(parents=True, exist_ok=True)
