@@ -135,10 +135,37 @@ class Database:
 
         return await trio.to_thread.run_sync(call, limiter=self.limiter)
 
-    def _once(self, fn: Callable[..., T], args: tuple[object, ...]) -> T:
+    async def read(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(conn, *args)``, a read of one statement, outside a transaction block
+        (autocommit): one round trip instead of three (``BEGIN``, the query, ``COMMIT``), for
+        the reads on the path from submit to start. A statement is its own snapshot, so a
+        read of one statement sees what it would have seen inside a transaction; ``fn`` must
+        not write (nothing would hold its writes together). Retried once on a dead
+        connection, as :meth:`run` is."""
+
+        def call() -> T:
+            try:
+                return self._once(fn, args, autocommit=True)
+            except _DeadConnection:
+                self.pool.check()
+                try:
+                    return self._once(fn, args, autocommit=True)
+                except _DeadConnection as again:
+                    raise again.__cause__ from None  # type: ignore[misc]
+
+        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+
+    def _once(self, fn: Callable[..., T], args: tuple[object, ...], autocommit: bool = False) -> T:
         with self.pool.connection() as conn:
             try:
-                return fn(conn, *args)
+                if not autocommit:
+                    return fn(conn, *args)
+                conn.autocommit = True  # a client-side switch: no round trip
+                try:
+                    return fn(conn, *args)
+                finally:
+                    if not conn.broken:
+                        conn.autocommit = False
             except psycopg.OperationalError as exc:
                 if conn.broken:
                     raise _DeadConnection from exc

@@ -8,6 +8,9 @@ the next pass, which the worker's skip of jobs no longer queued makes harmless. 
 not acknowledge stay for the next pass; while that lasts the relay backs off and its
 ``/readyz`` says why (the ``outbox-relay`` condition). An idle relay waits for ``NOTIFY
 leasework_outbox`` (a statement trigger on ``outbox``) or its tick, whichever comes first.
+Passes are paced (:mod:`leasework.pacing`): a NOTIFY that finds the relay idle is published
+at once; under load a pass starts ``gather`` seconds after the last one started, so a stream
+of small commits becomes one produce request per window instead of one per commit.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
+from leasework.pacing import Pacer
 from leasework.relay.service import MAX_BACKOFF, Backoff, Pass, Setback, run_passes
 
 log = logging.getLogger("leasework.relay.outbox")
@@ -38,8 +42,10 @@ class OutboxConfig:
     batch: int = 1000
     # seconds an idle relay waits for a NOTIFY before it looks anyway (LEASEWORK_RELAY_TICK)
     tick: float = 0.5
-    # seconds a woken relay lets rows gather before its pass, so a stream of small commits
-    # becomes one produce request instead of many (each one costs every broker)
+    # seconds between the starts of two passes, at least: a woken relay that passed less
+    # than this ago lets rows gather for the rest of it, so a stream of small commits becomes
+    # one produce request instead of many (each one costs every broker); an idle one goes
+    # at once
     gather: float = 0.025
     # seconds to wait for the delivery reports of one batch
     publish_timeout: float = 20.0
@@ -87,6 +93,7 @@ class OutboxRelay:
         self.publisher = publisher
         self.config = config
         self.health_conditions = health_conditions
+        self.pacer = Pacer(config.gather)
 
     def _pass(self, conn: psycopg.Connection) -> Published:
         rows = store.outbox_fetch(conn, self.config.batch)
@@ -101,7 +108,10 @@ class OutboxRelay:
 
     async def run_once(self) -> Published:
         """Publish one batch; the health condition says so while Kafka does not acknowledge."""
+        began = trio.current_time()
         done = await self.db.run(self._pass)
+        if done.acknowledged or done.unacknowledged:  # a produce request went out
+            self.pacer.started(began)
         metrics.relay_published.inc(done.acknowledged)
         metrics.relay_publish_failures.inc(done.unacknowledged)
         metrics.relay_last_tick.set(time.time())
@@ -116,7 +126,7 @@ class OutboxRelay:
 
         async def until_rows_arrive() -> None:
             if await listener.wait(self.config.tick):
-                await trio.sleep(self.config.gather)
+                await trio.sleep(self.pacer.delay(trio.current_time()))
 
         await run_passes(
             "outbox",

@@ -90,7 +90,7 @@ class Claimer:
         Postgres errors propagate: the caller waits and tries again."""
         outcome = ClaimResult()
         unique = list(dict.fromkeys(job_ids))
-        jobs = {j.id: j for j in await self.db.run(store.jobs_get_many, unique)}
+        jobs = {j.id: j for j in await self.db.read(store.jobs_get_many, unique)}
         claimable, unknown = [], []
         for job_id in unique:
             job = jobs.get(job_id)

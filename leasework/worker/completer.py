@@ -1,10 +1,12 @@
 """The completer: a worker's fenced terminal writes, batched.
 
 Handlers hand their outcome to :meth:`Completer.complete` and wait. The completer writes a
-batch when ``max_batch`` outcomes wait or ``max_wait`` seconds after the first one arrived,
-in one transaction (:func:`leasework.store.jobs_finish_many`), every row still conditioned on
-its own fence and ``running``; then it releases the batch's leases in one Redis call and
-answers each waiter. A row that does not come back was rejected by the fence, for that job
+batch of up to ``max_batch`` outcomes, paced (:mod:`leasework.pacing`): an outcome that finds
+the completer idle is written at once; under load a batch starts ``max_wait`` seconds after
+the last one started, with every outcome that arrived meanwhile, in one transaction
+(:func:`leasework.store.jobs_finish_many`), every row still conditioned on its own fence
+and ``running``; then it releases the batch's leases in one Redis call and answers each
+waiter. A row that does not come back was rejected by the fence, for that job
 alone. A write that fails (the database unreachable) is retried, the waiters keep waiting:
 an outcome is never reported before it is durable.
 
@@ -32,13 +34,14 @@ from leasework.db import Database
 from leasework.job import Job
 from leasework.lease import Claim, Leases
 from leasework.outcomes import Completion, Outcome
+from leasework.pacing import Pacer
 from leasework.states import Status
 from leasework.store import operators
 
 log = logging.getLogger("leasework.worker.completer")
 
 MAX_BATCH = 100
-MAX_WAIT = 0.015  # seconds the first outcome of a batch waits for company
+MAX_WAIT = 0.015  # seconds between the starts of two batches, at least (an upper bound on waiting)
 RETRY_PAUSE = 1.0
 
 
@@ -79,7 +82,7 @@ class Completer:
         self.dlq_topic = dlq_topic
         self.worker = worker
         self.max_batch = max_batch
-        self.max_wait = max_wait
+        self.pacer = Pacer(max_wait)
         self._send, self._receive = trio.open_memory_channel[_Waiting](math.inf)
         self.flushes = 0  # batches written, for tests and metrics
 
@@ -149,11 +152,16 @@ class Completer:
         their messages stay uncommitted and are delivered again."""
         task_status.started()
         while True:
-            first = await self._receive.receive()
-            batch = [first]
-            with trio.move_on_after(self.max_wait):
+            batch = [await self._receive.receive()]
+            with trio.move_on_after(self.pacer.delay(trio.current_time())):
                 while len(batch) < self.max_batch:
                     batch.append(await self._receive.receive())
+            while len(batch) < self.max_batch:  # and whatever else is already waiting
+                try:
+                    batch.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            self.pacer.started(trio.current_time())
             await self.flush(batch)
 
     def pending(self) -> int:

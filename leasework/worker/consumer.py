@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from confluent_kafka import Consumer, Message
 from leasework import metrics
 from leasework.config import Settings
 from leasework.kafka import client_config
+from leasework.pacing import Pacer
 from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
@@ -29,7 +31,7 @@ from leasework.worker.slots import Slots
 log = logging.getLogger("leasework.worker.consumer")
 
 MAX_POLL = 500  # messages per consume() call, at most
-GATHER = 0.02  # seconds a batch waits for company after its first message
+GATHER = 0.02  # seconds between the hand-offs of two batches, at least (an upper bound on waiting)
 
 
 @dataclass(frozen=True)
@@ -63,20 +65,21 @@ def consumer_config(settings: Settings) -> dict:
     return {**base, **config, **dict(settings.kafka_properties)}
 
 
-def receive(
-    consumer: Consumer, at_most: int, wait: float = 0.5, gather: float = GATHER
-) -> list[Message]:
+def receive(consumer: Consumer, at_most: int, pacer: Pacer, wait: float = 0.5) -> list[Message]:
     """Up to ``at_most`` messages, in one thread hop: wait (up to ``wait`` s) for the first,
-    then up to ``gather`` s for company, so that a steady stream becomes batches (each batch
-    costs three round trips whatever its size) at the price of a few milliseconds. (Plain
-    ``consume(n, timeout)`` waits for all ``n`` or the whole timeout: a trickle would sit
-    out the timeout.)"""
+    then for company only while ``pacer`` says the last batch left less than its window ago,
+    so an idle worker claims a lone job at once and a steady stream becomes batches (each
+    batch costs three round trips whatever its size). What is already fetched comes along
+    either way. (Plain ``consume(n, timeout)`` waits for all ``n`` or the whole timeout: a
+    trickle would sit out the timeout.)"""
     first = consumer.poll(wait)
     if first is None:
         return []
-    if at_most == 1:
-        return [first]
-    return [first, *consumer.consume(at_most - 1, gather)]
+    batch = [first]
+    if at_most > 1:
+        batch += consumer.consume(at_most - 1, pacer.delay(time.monotonic()))
+    pacer.started(time.monotonic())
+    return batch
 
 
 def decode(message_value: bytes | None) -> uuid.UUID | None:
@@ -122,11 +125,14 @@ async def consume(
     """Poll until ``stopping``, then close ``batches``. Each message of a batch holds a slot
     from here on; the channel's buffer is unbounded because the slots bound it."""
     limiter = trio.CapacityLimiter(1)
+    pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
     async with batches:
         while not stopping.is_set():
             free = await slots.take(MAX_POLL)
             try:
-                messages = await trio.to_thread.run_sync(receive, consumer, free, limiter=limiter)
+                messages = await trio.to_thread.run_sync(
+                    receive, consumer, free, pacer, limiter=limiter
+                )
             except BaseException:
                 slots.release(free)
                 raise

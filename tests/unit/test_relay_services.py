@@ -327,7 +327,7 @@ async def test_an_outbox_pass_deletes_what_kafka_acknowledged_and_says_when_it_d
     assert rows.rows == [] and conditions == {"other": "kept"}
 
 
-async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_gathers_after_a_notify(
+async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_after_a_notify(
     monkeypatch, autojump_clock
 ):
     rows = Outbox(monkeypatch, [message(n) for n in range(1, 6)])
@@ -341,12 +341,18 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_gathers_
             passes.append((trio.current_time(), len(rows.rows)))
             if len(passes) == 2:
                 kafka.refusing = set()
-            if len(passes) == 5:
+            if len(passes) == 6:
                 stop.cancel()
             return await super().run(fn, *args)
 
+    notifies = [
+        0.01,
+        0.1,
+        0.1,
+    ]  # seconds into each wait a NOTIFY comes (the stop lands in the third)
+
     async def notified(self, at_most: float) -> bool:
-        await trio.sleep(0.1)  # a NOTIFY 0.1 s into the wait
+        await trio.sleep(notifies.pop(0))
         return True
 
     monkeypatch.setattr(outbox.NotificationListener, "wait", notified)
@@ -358,8 +364,9 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_gathers_
         (0.0, 5),  # k1 refused, k2 published: back off
         (0.2, 4),  # k1, k3 published: a full batch
         (0.2, 2),  # at once: k4, k5, a full batch
-        (0.2, 0),  # at once: nothing left, so the relay waits for a NOTIFY, then gathers 25 ms
-        (0.325, 0),
+        (0.2, 0),  # at once: nothing left, so the relay waits for a NOTIFY
+        (0.225, 0),  # one at 0.21: rows gather for the rest of the window after the last produce
+        (0.325, 0),  # one at 0.325, a window after the last produce: published at once
     ]
 
 

@@ -11,8 +11,9 @@ import uuid
 import pytest
 import trio
 
+from leasework.pacing import Pacer
 from leasework.service import Stopping
-from leasework.worker.consumer import Consumed, arrived, consume, decode, receive
+from leasework.worker.consumer import GATHER, Consumed, arrived, consume, decode, receive
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
@@ -84,18 +85,40 @@ def test_decode_answers_none_for_what_carries_no_job_id(value):
     assert decode(value) is None
 
 
+class Clocked(Kafka):
+    """Also records the timeout each consume() was given."""
+
+    def __init__(self, script: list[Message]) -> None:
+        super().__init__(script)
+        self.timeouts: list[float] = []
+
+    def consume(self, count: int, timeout: float) -> list[Message]:
+        self.timeouts.append(timeout)
+        return super().consume(count, timeout)
+
+
 def test_receive_waits_for_one_then_gathers_the_rest_in_one_call():
-    kafka = Kafka([message(o) for o in range(10)])
-    assert len(receive(kafka, 4)) == 4  # type: ignore[arg-type]
+    kafka = Clocked([message(o) for o in range(10)])
+    pacer = Pacer(GATHER)
+    assert len(receive(kafka, 4, pacer)) == 4  # type: ignore[arg-type]
     assert kafka.calls == [("poll", 1), ("consume", 3)]
     kafka.calls.clear()
-    assert len(receive(kafka, 1)) == 1  # type: ignore[arg-type]
+    assert len(receive(kafka, 1, pacer)) == 1  # type: ignore[arg-type]
     assert kafka.calls == [("poll", 1)]  # one slot: no consume() call at all
+
+
+def test_an_idle_worker_takes_what_is_fetched_without_waiting_and_a_busy_one_gathers():
+    kafka = Clocked([message(o) for o in range(10)])
+    pacer = Pacer(GATHER)
+    receive(kafka, 4, pacer)  # type: ignore[arg-type]
+    assert kafka.timeouts == [0.0]  # idle: what is already fetched, at once
+    receive(kafka, 4, pacer)  # type: ignore[arg-type]
+    assert 0 < kafka.timeouts[1] <= GATHER  # right after a batch: the rest of the window
 
 
 def test_receive_of_nothing_does_not_gather():
     kafka = Kafka([])
-    assert receive(kafka, 500, wait=0.0) == []  # type: ignore[arg-type]
+    assert receive(kafka, 500, Pacer(GATHER), wait=0.0) == []  # type: ignore[arg-type]
     assert kafka.calls == [("poll", 1)]
 
 
