@@ -115,6 +115,9 @@ class Config:
     warmup_timeout: float = 120.0
     pgbench_seconds: int = 12
     pgbench_clients: int = 16
+    # further environment for api, relay and the workers (``--app-env``: tuning to measure,
+    # LEASEWORK_RDKAFKA_* say), recorded in the report
+    app_env: dict[str, str] = field(default_factory=dict)
     out: Path = field(default_factory=lambda: default_repo_root() / "reports" / "bench")
 
     def door(self, row: str) -> doors.Door:
@@ -163,7 +166,8 @@ class Bench:
         log(f"restarting {', '.join(APPS)} with {links} links")
         self.stack.stop_many(APPS)
         for name in APPS:
-            self.stack.start(name, extra_env=DIRECT_ENV if links == "direct" else None, timeout=90)
+            env = {**DIRECT_ENV, **self.cfg.app_env} if links == "direct" else self.cfg.app_env
+            self.stack.start(name, extra_env=env or None, timeout=90)
         self.links = links
         self.warm_up()
 
@@ -589,6 +593,14 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--pgbench-seconds", type=int, default=12, help="0: no pgbench")
     p.add_argument("--pgbench-clients", type=int, default=16)
     p.add_argument(
+        "--app-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for api, relay and the workers, e.g. "
+        "LEASEWORK_RDKAFKA_FETCH_MIN_BYTES=1 (repeatable; in the report)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=default_repo_root() / "reports" / "bench",
@@ -606,8 +618,14 @@ def parse_args(argv: list[str] | None) -> Config:
             "--jobs, --floor-jobs, --batch-size, --repeat, --lone-jobs must be >= 1; "
             "--paced-fraction in (0, 1]"
         )
-    values = {k: v for k, v in vars(a).items() if k != "rows"}
-    return Config(rows=rows, **values)
+    app_env = {}
+    for item in a.app_env:
+        name, equals, value = item.partition("=")
+        if not equals or not name.startswith("LEASEWORK_"):
+            p.error(f"--app-env {item!r}: expected LEASEWORK_NAME=VALUE")
+        app_env[name] = value
+    values = {k: v for k, v in vars(a).items() if k not in ("rows", "app_env")}
+    return Config(rows=rows, app_env=app_env, **values)
 
 
 def main(argv: list[str] | None = None) -> int:

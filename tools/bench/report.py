@@ -237,6 +237,11 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
             else "."
         ),
         "",
+        *(
+            [f"Apps started with {_env_text(env)}.", ""]
+            if (env := (result.get("config") or {}).get("app_env"))
+            else []
+        ),
         *(f"**error:** {e}" for e in result.get("errors", [])),
         *([""] if result.get("errors") else []),
         *main_table(rows),
@@ -352,6 +357,7 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "git_head": results[0]["git_head"] if results else None,
         "fresh": bool(results and results[0]["config"].get("fresh")),
         "machine_busy_before": [res.get("machine_busy_before") for res in results],
+        "app_env": results[0]["config"].get("app_env") if results else {},
         "rows": rows,
         "lone": {key: spread([f[key] for f in lone]) for key in lone[0]} if lone else {},
         "pgbench_tps": spread([(res.get("pgbench") or {}).get("tps") for res in results]),
@@ -363,6 +369,10 @@ def _spread_cell(s: Mapping[str, Any], digits: int, suffix: str = "") -> str:
     if s.get("median") is None:
         return "–"
     return f"{fmt(s['median'], digits)}{suffix} ({fmt(s['min'], digits)}–{fmt(s['max'], digits)})"
+
+
+def _env_text(env: Mapping[str, str]) -> str:
+    return ", ".join(f"`{k}={v}`" for k, v in env.items())
 
 
 def render_summary(summary: Mapping[str, Any]) -> str:
@@ -390,6 +400,11 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"git {summary['git_head']}; runs started {', '.join(summary['started_utc'])}; machine "
         f"busy before each run (stack idle, 5 s): {busy}.",
         "",
+        *(
+            [f"Apps started with {_env_text(summary['app_env'])}.", ""]
+            if summary.get("app_env")
+            else []
+        ),
         "Each figure: median (lowest–highest) over the runs.",
         "",
         *(f"**error:** {e}" for e in summary.get("errors", [])),
