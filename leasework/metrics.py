@@ -65,6 +65,11 @@ relay_last_tick = Gauge(
     "leasework_relay_last_tick_timestamp_seconds", "Unix time the relay last finished a pass"
 )
 relay_published = Counter("leasework_relay_published", "Outbox rows acknowledged by Kafka")
+relay_batch_size = Histogram(
+    "leasework_relay_batch_size",
+    "Outbox rows per relay pass that had any (one produce request per leader it touches)",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+)
 relay_publish_failures = Counter(
     "leasework_relay_publish_failures", "Outbox rows Kafka did not acknowledge (kept, retried)"
 )

@@ -171,6 +171,11 @@ def render_server_properties(node_id: int, log_dir: Path, tls_dir: Path) -> str:
         "num.network.threads": 1,
         "num.io.threads": 2,
         "num.replica.fetchers": 1,
+        # acks=all waits for the followers' fetch: any byte ends a follower's wait at once
+        # (a larger replica.fetch.min.bytes would hold every acknowledgement), and an idle
+        # follower long-polls for 500 ms (Kafka's defaults, written down)
+        "replica.fetch.min.bytes": 1,
+        "replica.fetch.wait.max.ms": 500,
         "num.recovery.threads.per.data.dir": 1,
         "background.threads": 2,
         "log.retention.hours": 24,

@@ -16,6 +16,7 @@ of small commits becomes one produce request per window instead of one per commi
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
 from leasework.pacing import Pacer
+from leasework.relay.placement import PER_PARTITION, place
 from leasework.relay.service import MAX_BACKOFF, Backoff, Pass, Setback, run_passes
 
 log = logging.getLogger("leasework.relay.outbox")
@@ -47,6 +49,8 @@ class OutboxConfig:
     # one produce request instead of many (each one costs every broker); an idle one goes
     # at once
     gather: float = 0.025
+    # free messages (no ordering key) a pass puts on one partition before it uses another
+    per_partition: int = PER_PARTITION
     # seconds to wait for the delivery reports of one batch
     publish_timeout: float = 20.0
     # after a failed pass, or one whose rows Kafka did not acknowledge
@@ -94,13 +98,24 @@ class OutboxRelay:
         self.config = config
         self.health_conditions = health_conditions
         self.pacer = Pacer(config.gather)
+        self.rng = random.Random()
 
     def _pass(self, conn: psycopg.Connection) -> Published:
         rows = store.outbox_fetch(conn, self.config.batch)
         if not rows:
             return Published(0, 0, None, self.config.batch)
         messages = [(m.topic, m.key, m.value.encode(), m.headers) for m in rows]
-        deliveries = self.publisher.publish(messages, timeout=self.config.publish_timeout)
+        topics = [m.topic for m in rows]
+        partitions = place(
+            topics,
+            [m.free for m in rows],
+            self.publisher.partitions(topics),
+            self.rng,
+            self.config.per_partition,
+        )
+        deliveries = self.publisher.publish(
+            messages, timeout=self.config.publish_timeout, partitions=partitions
+        )
         acked = [m.id for m, d in zip(rows, deliveries, strict=True) if d.ok]
         store.outbox_retire(conn, acked)
         failed = [d.error for d in deliveries if not d.ok]
@@ -112,6 +127,7 @@ class OutboxRelay:
         done = await self.db.run(self._pass)
         if done.acknowledged or done.unacknowledged:  # a produce request went out
             self.pacer.started(began)
+            metrics.relay_batch_size.observe(done.acknowledged + done.unacknowledged)
         metrics.relay_published.inc(done.acknowledged)
         metrics.relay_publish_failures.inc(done.unacknowledged)
         metrics.relay_last_tick.set(time.time())

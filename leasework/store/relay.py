@@ -23,14 +23,18 @@ class OutboxMessage:
     key: str
     value: str
     headers: dict[str, Any]
+    # whether its key is its job's own id (no ordering key): the relay may put it on any
+    # partition (leasework.relay.placement)
+    free: bool = False
 
 
 def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[OutboxMessage]:
     """Lock a batch of rows, oldest first; other relays skip them until this transaction
     ends. Every row is still to be published: acknowledged rows are deleted."""
     rows = conn.execute(
-        """SELECT id, topic, key, value::text AS value, headers FROM outbox
-           ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED""",
+        """SELECT id, topic, key, value::text AS value, headers,
+                  coalesce(key = value->>'job_id', false) AS free
+           FROM outbox ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED""",
         (limit,),
     ).fetchall()
     return [OutboxMessage(**r) for r in rows]

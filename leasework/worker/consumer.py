@@ -58,7 +58,12 @@ def consumer_config(settings: Settings) -> dict:
         "max.poll.interval.ms": 300_000,
         "socket.connection.setup.timeout.ms": 5_000,
         "reconnect.backoff.max.ms": 2_000,
-        # an idle partition waits on the broker (long poll), not in a tight fetch loop
+        # an idle partition waits on the broker (long poll), not in a tight fetch loop; a
+        # message that arrives ends the wait at once (fetch.min.bytes 1), so neither
+        # setting costs a lone job anything: a larger fetch.min.bytes would hold it for up
+        # to fetch.wait.max.ms, and batches grow by themselves under load (the relay puts a
+        # pass on few partitions, leasework.relay.placement)
+        "fetch.min.bytes": 1,
         "fetch.wait.max.ms": 500,
     }
     base = client_config(settings.kafka_brokers, settings.process_name)

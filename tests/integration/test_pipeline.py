@@ -31,6 +31,7 @@ from tests.integration.conftest import (
     wait_for,
     wait_status,
 )
+from tools.bench.tap import ReadyTap
 
 
 def test_submit_later_is_scheduled_without_outbox_row_then_runs_after_its_due_time(client, db):
@@ -362,3 +363,27 @@ def test_a_refused_cancel_through_the_api_writes_no_audit_row(client, db):
     assert caught.value.status == 409
     actions = [a for _, a, _ in audit_of(db, job["id"])]
     assert actions == ["cancel"]
+
+
+def test_a_pass_puts_free_jobs_on_one_partition_and_ordered_ones_by_their_key(client):
+    """A batch of 20 jobs is one transaction, so one relay pass: without ordering keys they
+    share one partition (Kafka's cost per pass, not per job); with an ordering key each goes
+    to its key's partition, whatever pass carries it."""
+    with ReadyTap() as tap:
+        free = client.submit_many([{"type": "noop", "payload": {"n": n}} for n in range(20)])
+        placed = {j: p.partition for j, p in tap.read({j["id"] for j in free}).items()}
+        assert len(set(placed.values())) == 1, placed
+        ordered = []
+        for _ in range(2):  # the same keys in two requests, so in two passes
+            ordered += client.submit_many(
+                [
+                    {"type": "noop", "payload": {"k": k}, "ordering_key": f"customer-{k}"}
+                    for k in range(6)
+                ]
+            )
+        placed = {j: p.partition for j, p in tap.read({j["id"] for j in ordered}).items()}
+    by_key: dict[int, set[int]] = {}
+    for index, job in enumerate(ordered):
+        by_key.setdefault(index % 6, set()).add(placed[job["id"]])
+    assert all(len(parts) == 1 for parts in by_key.values()), by_key  # one key, one partition
+    assert len({next(iter(p)) for p in by_key.values()}) > 1  # six keys: hashed, not piled up

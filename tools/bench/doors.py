@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import psycopg
@@ -25,6 +25,7 @@ import leasework
 from leasework.client import AsyncClient
 from tools.bench.floor import run_lanes
 from tools.bench.http import Connection, HttpError
+from tools.bench.tap import Published
 
 DOORS = ("single", "batch", "enqueue", "enqueue-one")
 # the caller's own table for the web-app pattern (an order row and its job in one transaction)
@@ -245,7 +246,8 @@ def delete_tagged(conn: psycopg.Connection, prefix: str, since: float) -> int:
 
 async def _lone(url: str, dsn: str, tag: str, jobs: int, gap: float) -> Submitted:
     """One job at a time on an otherwise idle pipeline: submit, wait until it has finished
-    (polling its row every 2 ms), wait ``gap`` seconds so every batching window has closed,
+    (polling its row every 20 ms: the times are the row's own, and a tighter poll loads the
+    two cores the pipeline runs on), wait ``gap`` seconds so every batching window has closed,
     then the next."""
     connection = Connection(url)
     await connection.open()
@@ -269,7 +271,7 @@ async def _lone(url: str, dsn: str, tag: str, jobs: int, gap: float) -> Submitte
             while not await trio.to_thread.run_sync(finished, i):
                 if time.monotonic() > deadline:
                     raise HttpError(f"lone job {i} did not finish within 30 s")
-                await trio.sleep(0.002)
+                await trio.sleep(0.02)
             await trio.sleep(gap)
     finally:
         await connection.aclose()
@@ -281,15 +283,40 @@ def lone(url: str, dsn: str, tag: str, jobs: int, gap: float = 0.3) -> Submitted
     return trio.run(_lone, url, dsn, tag, jobs, gap)
 
 
+@dataclass(frozen=True)
+class LoneTimes:
+    """Seconds from each lone job's ``created_at`` (the submitting transaction's time) to its
+    start and finish; and where the ``jobs.ready`` message's timestamp is known, from the
+    insert to the publish and from the publish to the start."""
+
+    insert_to_start: list[float]
+    insert_to_finish: list[float]
+    insert_to_publish: list[float]
+    publish_to_start: list[float]
+
+
 def lone_timings(
-    conn: psycopg.Connection, tag: str, since: float
-) -> tuple[list[float], list[float]]:
-    """(insert to start, insert to finish), in seconds, of ``tag``'s succeeded jobs: from
-    ``created_at``, the submitting transaction's time."""
+    conn: psycopg.Connection, tag: str, since: float, published: Mapping[str, Published]
+) -> LoneTimes:
+    """The :class:`LoneTimes` of ``tag``'s succeeded jobs; ``published`` by job id (from
+    :class:`tools.bench.tap.ReadyTap`)."""
     rows = conn.execute(
-        "SELECT extract(epoch FROM started_at - created_at)::float8, "
-        f"extract(epoch FROM finished_at - created_at)::float8 FROM jobs WHERE {TAGGED} "
-        "AND status = 'succeeded'",
+        "SELECT id::text, extract(epoch FROM created_at)::float8, "
+        "extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8 "
+        f"FROM jobs WHERE {TAGGED} AND status = 'succeeded'",
         {"since": since - 1.0, "tag": tag},
     ).fetchall()
-    return [r[0] for r in rows], [r[1] for r in rows]
+    seen = [(r, published[r[0]].produced_at) for r in rows if r[0] in published]
+    return LoneTimes(
+        [started - created for _, created, started, _ in rows],
+        [finished - created for _, created, _, finished in rows],
+        [at - r[1] for r, at in seen],
+        [r[2] - at for r, at in seen],
+    )
+
+
+def tagged_ids(conn: psycopg.Connection, tag: str, since: float) -> set[str]:
+    rows = conn.execute(
+        f"SELECT id::text FROM jobs WHERE {TAGGED}", {"since": since - 1.0, "tag": tag}
+    ).fetchall()
+    return {r[0] for r in rows}

@@ -61,6 +61,7 @@ from devstack.layout import (
 from tools.bench import doors, floor, report
 from tools.bench import pgbench as bench_pgbench
 from tools.bench import proc as procfs
+from tools.bench.tap import ReadyTap
 
 API_URL = "http://127.0.0.1:8080"
 APPS = ("api", "relay", "worker-1", "worker-2")
@@ -314,15 +315,23 @@ class Bench:
         self.point_apps("direct")
         tag, jobs = f"{self.run_id}-lone", self.cfg.lone_jobs
         log(f"lone: {jobs} jobs one at a time, {self.cfg.lone_gap:g} s apart, direct links")
-        sub = doors.lone(API_URL, POSTGRES_DIRECT_DSN, tag, jobs, self.cfg.lone_gap)
-        started, finished = doors.lone_timings(self.db, tag, sub.first)
+        with ReadyTap() as tap:
+            sub = doors.lone(API_URL, POSTGRES_DIRECT_DSN, tag, jobs, self.cfg.lone_gap)
+            try:
+                published = tap.read(doors.tagged_ids(self.db, tag, sub.first), timeout=20)
+            except TimeoutError as exc:
+                log(f"lone: publish times unknown ({exc})")
+                published = {}
+        times = doors.lone_timings(self.db, tag, sub.first, published)
         result = {
             "name": "lone",
             "door": f"POST /jobs, one at a time, {self.cfg.lone_gap:g} s idle between",
             "links": "direct",
             "jobs": jobs,
-            "insert_to_start": report.delay_summary(started),
-            "insert_to_finish": report.delay_summary(finished),
+            "insert_to_start": report.delay_summary(times.insert_to_start),
+            "insert_to_finish": report.delay_summary(times.insert_to_finish),
+            "insert_to_publish": report.delay_summary(times.insert_to_publish),
+            "publish_to_start": report.delay_summary(times.publish_to_start),
         }
         self.drop_jobs()
         self.quiet()

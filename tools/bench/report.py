@@ -204,18 +204,32 @@ def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
     if not lone:
         return []
     start, finish = lone["insert_to_start"], lone["insert_to_finish"]
+    stages = [
+        (name, lone[key])
+        for name, key in (
+            ("insert to publish (relay)", "insert_to_publish"),
+            ("publish to start (Kafka, claim)", "publish_to_start"),
+        )
+        if lone.get(key)
+    ]
     return [
         "## A lone job on an idle stack",
         "",
         f"{lone['jobs']} noop jobs through `POST /jobs`, each submitted once the one before had "
         f"finished and the pipeline had been idle for a while ({lone['door']}); from the job's "
-        "`created_at` (the submitting transaction) to its `started_at` and `finished_at`:",
+        "`created_at` (the submitting transaction) to its `started_at` and `finished_at`; "
+        "publish is its `jobs.ready` message's timestamp (set by the relay's producer, "
+        "millisecond resolution):",
         "",
         *table(
             ["", "p50 ms", "p90 ms", "p99 ms", "max ms"],
             [
                 [name, *(fmt(d.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))]
-                for name, d in (("insert to start", start), ("insert to finish", finish))
+                for name, d in (
+                    ("insert to start", start),
+                    ("insert to finish", finish),
+                    *stages,
+                )
             ],
         ),
         "",
@@ -323,10 +337,12 @@ def row_figures(row: Mapping[str, Any]) -> dict[str, float | None]:
 def lone_figures(lone: Mapping[str, Any] | None) -> dict[str, float | None]:
     start = (lone or {}).get("insert_to_start") or {}
     finish = (lone or {}).get("insert_to_finish") or {}
+    publish = (lone or {}).get("insert_to_publish") or {}
     return {
         "insert to start p50 ms": start.get("p50_ms"),
         "insert to start p99 ms": start.get("p99_ms"),
         "insert to finish p50 ms": finish.get("p50_ms"),
+        "insert to publish p50 ms": publish.get("p50_ms"),
     }
 
 
