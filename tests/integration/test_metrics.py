@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import get_args
 
 import httpx
 
@@ -12,6 +13,7 @@ from chaos.promql import scrape
 from devstack.layout import STACK_APP
 from leasework.app import load_app
 from leasework.states import Status
+from leasework.worker.claim import SkipReason
 from tests.integration.conftest import insert_unchecked, wait_for, wait_status
 
 PROCESSES = {"api": 8080, "relay": 9102, "worker-1": 9101, "worker-2": 9103}
@@ -40,7 +42,8 @@ LABEL_DOMAINS = {
     "type": set(load_app(STACK_APP).names) | {"other"},
     "outcome": {s.value for s in Status},
     "reason": {s.value for s in Status}
-    | {"missing", "undecodable"}
+    | {"missing"}
+    | set(get_args(SkipReason))  # a message the claim stage settles at once
     | {"malformed", "unknown_prefix", "wrong_secret", "refused_again", "throttled"}  # tokens
     | {"body-too-large", "body-timeout", "busy"},  # bodies the guard refused
     "partition": {str(p) for p in range(12)},
