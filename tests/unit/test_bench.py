@@ -196,6 +196,23 @@ def test_pgbench_script_inserts_one_tagged_noop():
 # --- command line, ratios -----------------------------------------------------------------------
 
 
+def test_app_env_is_taken_as_leasework_names_only():
+    cfg = bench.parse_args(
+        ["--app-env", "LEASEWORK_RDKAFKA_COMPRESSION_TYPE=lz4", "--app-env", "LEASEWORK_X=a=b"]
+    )
+    assert cfg.app_env == {"LEASEWORK_RDKAFKA_COMPRESSION_TYPE": "lz4", "LEASEWORK_X": "a=b"}
+    assert bench.parse_args([]).app_env == {}
+    for bad in ("PATH=/tmp", "LEASEWORK_NO_VALUE"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--app-env", bad])
+
+
+def test_the_report_names_the_app_env():
+    summary = report.aggregate([])
+    summary["app_env"] = {"LEASEWORK_RDKAFKA_COMPRESSION_TYPE": "lz4"}
+    assert "`LEASEWORK_RDKAFKA_COMPRESSION_TYPE=lz4`" in report.render_summary(summary)
+
+
 def test_parse_args_defaults_and_validation():
     cfg = bench.parse_args([])
     assert cfg.rows == [
