@@ -121,19 +121,7 @@ class Database:
         pool, whose connections the idle check let through) cannot have committed anything:
         the pool's connections are checked and ``fn`` runs once more on a working one. A
         failure of the COMMIT itself is never retried (its outcome is unknown)."""
-
-        def call() -> T:
-            try:
-                return self._once(fn, args)
-            except _DeadConnection:
-                log.warning("a pooled connection was dead; checking the pool, trying once more")
-                self.pool.check()
-                try:
-                    return self._once(fn, args)
-                except _DeadConnection as again:
-                    raise again.__cause__ from None  # type: ignore[misc]
-
-        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+        return await self._in_thread(fn, args, autocommit=False)
 
     async def read(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(conn, *args)``, a read of one statement, outside a transaction block
@@ -142,20 +130,25 @@ class Database:
         read of one statement sees what it would have seen inside a transaction; ``fn`` must
         not write (nothing would hold its writes together). Retried once on a dead
         connection, as :meth:`run` is."""
+        return await self._in_thread(fn, args, autocommit=True)
 
+    async def _in_thread(
+        self, fn: Callable[..., T], args: tuple[object, ...], *, autocommit: bool
+    ) -> T:
         def call() -> T:
             try:
-                return self._once(fn, args, autocommit=True)
+                return self._once(fn, args, autocommit)
             except _DeadConnection:
+                log.warning("a pooled connection was dead; checking the pool, trying once more")
                 self.pool.check()
                 try:
-                    return self._once(fn, args, autocommit=True)
+                    return self._once(fn, args, autocommit)
                 except _DeadConnection as again:
                     raise again.__cause__ from None  # type: ignore[misc]
 
         return await trio.to_thread.run_sync(call, limiter=self.limiter)
 
-    def _once(self, fn: Callable[..., T], args: tuple[object, ...], autocommit: bool = False) -> T:
+    def _once(self, fn: Callable[..., T], args: tuple[object, ...], autocommit: bool) -> T:
         with self.pool.connection() as conn:
             try:
                 if not autocommit:

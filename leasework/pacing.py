@@ -47,7 +47,3 @@ class Pacer:
     def started(self, now: float) -> None:
         """A batch started at ``now``."""
         self.last_start = now
-
-    def idle(self, now: float) -> bool:
-        """Whether a batch starting at ``now`` would start at once."""
-        return self.delay(now) == 0.0

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+from psycopg.pq import TransactionStatus
 
 from devstack.layout import POSTGRES_DIRECT_DSN, REDIS_PORT
 from leasework import store
@@ -224,3 +225,18 @@ async def test_one_tick_renews_moves_deadlines_and_cancels_only_whom_it_must(db,
     assert (kept_job.lease_expires_at - kept_job.updated_at).total_seconds() > TTL / 2
     await leases.release_many([by_id[kept].claim, by_id[cancelled].claim])
     await trio.to_thread.run_sync(leases.client.delete, lease_key(lost))
+
+
+async def test_a_read_runs_outside_a_transaction_block_and_hands_the_connection_back_as_it_was(
+    db,
+):
+    """Database.read: the claim's read of the job rows is one round trip, no BEGIN and no
+    COMMIT, and the pooled connection goes back to transactions for the next caller."""
+
+    def status_after_a_select(conn):
+        conn.execute("SELECT 1").fetchone()
+        return conn.info.transaction_status
+
+    assert await db.read(status_after_a_select) == TransactionStatus.IDLE
+    for _ in range(4):  # every connection of the pool, whichever the next caller gets
+        assert await db.run(status_after_a_select) == TransactionStatus.INTRANS
