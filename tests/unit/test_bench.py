@@ -219,6 +219,7 @@ def test_parse_args_defaults_and_validation():
         "floor",
         "lone",
         "single",
+        "single-client",
         "batch",
         "enqueue",
         "enqueue-one",
@@ -235,6 +236,7 @@ def test_parse_args_defaults_and_validation():
     )
     assert cfg.door("proxied-batch") == bench_doors.Door("batch", 100, 4)
     assert cfg.door("single") == bench_doors.Door("single", 1, 16)
+    assert cfg.door("single-client") == bench_doors.Door("single", 1, 16, bench_doors.SHIPPED)
     assert bench.parse_args(["--rows", "floor,enqueue", "--jobs", "300"]).rows == [
         "floor",
         "enqueue",

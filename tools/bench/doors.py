@@ -3,7 +3,7 @@ door takes them) or paced (open loop at a given rate), and the ``jobs`` table qu
 time them.
 
 * ``single``: ``POST /jobs``, one job per request, from the lean keep-alive client of
-  :mod:`tools.bench.http` (or ``leasework.AsyncClient.submit``, ``--single-client httpx``);
+  :mod:`tools.bench.http` (or, for the ``single-client`` row, ``leasework.AsyncClient.submit``);
 * ``batch``: ``POST /jobs/batch``, ``chunk`` jobs per request (``AsyncClient.submit_many``);
 * ``enqueue``: ``leasework.enqueue_many`` in the caller's transaction, ``chunk`` jobs per
   transaction, on connections of the bench's own to the direct DSN.
@@ -28,6 +28,7 @@ from tools.bench.http import Connection, HttpError
 from tools.bench.tap import Published
 
 DOORS = ("single", "batch", "enqueue", "enqueue-one")
+LEAN, SHIPPED = "lean", "leasework.AsyncClient"  # the single door's clients
 # the caller's own table for the web-app pattern (an order row and its job in one transaction)
 ORDERS_TABLE = "bench_orders"
 
@@ -37,7 +38,7 @@ class Door:
     name: str
     chunk: int  # jobs per request / transaction
     concurrency: int  # requests or transactions in flight
-    client: str = "lean"  # single: the lean HTTP client (tools.bench.http) or "httpx"
+    client: str = LEAN  # single: the lean HTTP client (tools.bench.http) or SHIPPED
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def submit(
     if door.name in ("single", "batch"):
         if door.name == "single" and door.chunk != 1:
             door = Door(door.name, 1, door.concurrency, door.client)
-        if door.name == "single" and door.client == "lean":
+        if door.name == "single" and door.client == LEAN:
             return trio.run(_lean_single, door, url, tag, jobs, due)
         return trio.run(_http, door, url, tag, jobs, due)
     raise ValueError(f"unknown door {door.name!r}; known: {', '.join(DOORS)}")

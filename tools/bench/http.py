@@ -6,7 +6,7 @@ Why not httpx: on this 2-core machine the load generator shares the cores with w
 measures, and ``httpx.AsyncClient`` spent about 0.7 ms of CPU per request here, nearly as
 much as the api spent serving it, so the row measured the client as much as leasework. This
 client costs a small fraction of that; its CPU is still counted, in the ``client`` column.
-``--single-client httpx`` runs the row with ``leasework.AsyncClient`` instead.
+The ``single-client`` row runs the same door with the shipped ``leasework.AsyncClient``.
 """
 
 from __future__ import annotations

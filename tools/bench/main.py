@@ -7,6 +7,8 @@ Rows, in this order (``--rows`` picks some):
 * ``single``, ``batch``, ``enqueue``: leasework with its processes pointed straight at
   Postgres, Redis and Kafka, jobs submitted by ``POST /jobs`` (16 clients), ``POST
   /jobs/batch`` (100 per request) and ``enqueue_many`` (100 per transaction);
+* ``single-client``: the ``single`` row with the shipped ``leasework.AsyncClient`` in place of
+  the bench's lean client, the figure a user's own code gets;
 * ``lone``: one job at a time through ``POST /jobs`` on an idle pipeline, insert to start and
   to finish (no throughput);
 * ``enqueue-one``: the web-app pattern, a row of the caller's own and its job in one
@@ -75,6 +77,7 @@ ROWS = (
     "floor",
     "lone",
     "single",
+    "single-client",
     "batch",
     "enqueue",
     "enqueue-one",
@@ -82,7 +85,7 @@ ROWS = (
     "proxied-batch",
     "proxied-enqueue",
 )
-DEFAULT_ROWS = "floor,lone,single,batch,enqueue,enqueue-one,proxied-batch"
+DEFAULT_ROWS = "floor,lone,single,single-client,batch,enqueue,enqueue-one,proxied-batch"
 POLL = 0.25
 BUCKET = 0.5
 
@@ -97,7 +100,6 @@ class Config:
     jobs: int = 2000
     floor_jobs: int = 5000
     single_concurrency: int = 16
-    single_client: str = "lean"
     lone_jobs: int = 40
     lone_gap: float = 0.3
     enqueue_one_concurrency: int = 16
@@ -124,7 +126,9 @@ class Config:
     def door(self, row: str) -> doors.Door:
         kind = row.removeprefix("proxied-")
         if kind == "single":
-            return doors.Door("single", 1, self.single_concurrency, self.single_client)
+            return doors.Door("single", 1, self.single_concurrency)
+        if kind == "single-client":
+            return doors.Door("single", 1, self.single_concurrency, doors.SHIPPED)
         if kind == "batch":
             return doors.Door("batch", self.batch_size, self.batch_concurrency)
         if kind == "enqueue-one":
@@ -134,7 +138,7 @@ class Config:
 
 def door_label(door: doors.Door) -> str:
     if door.name == "single":
-        client = "lean client" if door.client == "lean" else "httpx"
+        client = "lean client" if door.client == doors.LEAN else door.client
         return f"POST /jobs, {door.concurrency} clients ({client})"
     if door.name == "batch":
         return f"POST /jobs/batch {door.chunk}/req, {door.concurrency} in flight"
@@ -570,12 +574,6 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--jobs", type=int, default=2000, help="jobs per leasework row")
     p.add_argument("--floor-jobs", type=int, default=5000, help="jobs in the floor row")
     p.add_argument("--single-concurrency", type=int, default=16, help="POST /jobs clients")
-    p.add_argument(
-        "--single-client",
-        choices=("lean", "httpx"),
-        default="lean",
-        help="the single row's HTTP client (see tools/bench/http.py)",
-    )
     p.add_argument("--lone-jobs", type=int, default=40, help="jobs of the lone row, one at a time")
     p.add_argument("--lone-gap", type=float, default=0.3, help="idle seconds between lone jobs")
     p.add_argument(
