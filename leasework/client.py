@@ -74,7 +74,7 @@ def _submit_request(
 ) -> tuple[Origin, bytes, list[tuple[bytes, bytes]], bytes]:
     """``POST /jobs`` as the transport's ``send`` takes it: origin, target, headers, body.
     The submit is the call a web app makes once per request, so it skips httpx's request and
-    response objects (about half of the client's CPU per submit; see
+    response objects (about 40 % of the client's CPU per submit; see
     docs/design-decisions.md); every other call goes through httpx."""
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     base = http.base_url
