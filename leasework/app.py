@@ -37,6 +37,7 @@ import pydantic_core
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
+from leasework.schedule import DEFAULT_GRACE, CatchUp, Definition, Overlap, ScheduleError
 
 _UNSET: Any = object()
 
@@ -228,6 +229,7 @@ class App:
     def __init__(self, name: str = "app") -> None:
         self.name = name
         self._types: dict[str, JobType] = {}
+        self._schedules: dict[str, Definition] = {}
 
     def __repr__(self) -> str:
         return f"<leasework.App {self.name}: {', '.join(self.names) or 'no job types'}>"
@@ -241,11 +243,14 @@ class App:
         backoff: tuple[float | timedelta, float | timedelta] | None = None,
         permanent: tuple[type[BaseException], ...] = (),
         payload: Any = _UNSET,
+        schedule: str | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
         settings when left out; ``permanent`` lists exceptions that go straight to ``dead``
-        (``leasework.Permanent`` always does); ``payload`` overrides the annotation."""
+        (``leasework.Permanent`` always does); ``payload`` overrides the annotation.
+        ``schedule``, a cron expression, also declares a schedule of the type's own name
+        that runs it with an empty payload (:meth:`schedule` for the other options)."""
 
         def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
             job_type = JobType(
@@ -258,6 +263,8 @@ class App:
                 permanent=permanent,
             )
             self.add(job_type)
+            if schedule is not None:
+                self.schedule(job_type.name, schedule, job=job_type)
             return job_type
 
         return decorate
@@ -268,10 +275,63 @@ class App:
         self._types[job_type.name] = job_type
 
     def include(self, other: App) -> App:
-        """Add every job type of ``other``; a name defined in both is an error."""
+        """Add every job type and schedule of ``other``; a name defined in both is an
+        error."""
         for job_type in other:
             self.add(job_type)
+        for definition in other.schedules:
+            self._add_schedule(definition)
         return self
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        *,
+        job: str | JobType,
+        payload: Any = None,
+        timezone: str = "UTC",
+        overlap: Overlap | str = Overlap.ALLOW,
+        catch_up: CatchUp | str = CatchUp.LATEST,
+        catch_up_limit: int = 1,
+        grace: float | timedelta = DEFAULT_GRACE,
+    ) -> Definition:
+        """Declare a recurring schedule: a job of type ``job`` with ``payload`` at each tick
+        of ``cron`` (five fields, or six with seconds first) in ``timezone``. Stored (and
+        updated) when a process of the app starts; the relay's scheduler fires it. The
+        payload is checked against the job type's now, if the app defines the type."""
+        type_name = job.name if isinstance(job, JobType) else job
+        payload = {} if payload is None else payload
+        if (job_type := self.get(type_name)) is not None:
+            if errors := job_type.payload_errors(payload):
+                raise AppError(f"schedule {name!r}: payload is invalid for {type_name}: {errors}")
+            payload = job_type.to_json(payload)
+        try:
+            definition = Definition(
+                name=name,
+                type=type_name,
+                cron=cron,
+                payload=payload,
+                timezone=timezone,
+                overlap=Overlap(overlap),
+                catch_up=CatchUp(catch_up),
+                catch_up_limit=catch_up_limit,
+                grace_seconds=round(_seconds("grace", grace)),
+            )
+        except (ScheduleError, ValueError) as exc:
+            raise AppError(str(exc)) from None
+        self._add_schedule(definition)
+        return definition
+
+    def _add_schedule(self, definition: Definition) -> None:
+        if definition.name in self._schedules:
+            raise AppError(f"schedule {definition.name!r} is defined twice in {self.name}")
+        self._schedules[definition.name] = definition
+
+    @property
+    def schedules(self) -> list[Definition]:
+        """The schedules the app declares, by name."""
+        return [self._schedules[n] for n in sorted(self._schedules)]
 
     def get(self, name: str) -> JobType | None:
         return self._types.get(name)

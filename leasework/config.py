@@ -205,6 +205,11 @@ class Settings:
     # relay: how long audit entries and Alertmanager's notifications are kept (None: for ever)
     retain_audit: float | None = 90 * 86400.0
     retain_alerts: float | None = 30 * 86400.0
+    # relay: how long a schedule's recorded ticks are kept (None: for ever)
+    retain_ticks: float | None = 30 * 86400.0
+    # relay: seconds added to the scheduler's clock; only the chaos harness sets it, to run a
+    # relay whose clock is off (LEASEWORK_FAKE_CLOCK_OFFSET, -3600 to 3600)
+    fake_clock_offset: float = 0.0
     prune_interval: float = 60.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
@@ -251,6 +256,7 @@ DURATIONS: dict[str, tuple[str, bool]] = {
     "RETAIN_CANCELLED": ("retain_cancelled", True),
     "RETAIN_AUDIT": ("retain_audit", True),
     "RETAIN_ALERTS": ("retain_alerts", True),
+    "RETAIN_TICKS": ("retain_ticks", True),
     "BODY_READ_TIMEOUT": ("body_read_timeout", False),
 }
 # variable -> (attribute, lowest, highest)
@@ -303,6 +309,8 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         if (raw := get(suffix)) is not None:
             values[attr] = parse_int(f"LEASEWORK_{suffix}", raw, low, high)
     values["lease_mode"] = _lease_mode(get)
+    if (offset := get("FAKE_CLOCK_OFFSET")) is not None:
+        values["fake_clock_offset"] = _clock_offset(offset)
     values.update(_api_options(get))
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group
@@ -311,6 +319,19 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     if (allow := get("DOCTOR_ALLOW")) is not None:
         values["doctor_allow"] = parse_doctor_allow(allow)
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _clock_offset(raw: str) -> float:
+    try:
+        offset = float(raw)
+    except ValueError:
+        offset = float("nan")
+    if not -3600 <= offset <= 3600:
+        raise ConfigError(
+            f"LEASEWORK_FAKE_CLOCK_OFFSET={raw!r} is not a number of seconds from -3600 to "
+            "3600 (the chaos harness's skewed clock; leave it unset in production)"
+        )
+    return offset
 
 
 def _dependencies(get: Getter) -> dict[str, object]:

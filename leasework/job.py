@@ -47,6 +47,9 @@ class Job:
     retry_cap: float | None
     deferrals: int
     attempt_budget: int
+    # the schedule and nominal tick instant a job came from (None for every other door)
+    schedule: str | None = None
+    tick_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

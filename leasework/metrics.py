@@ -74,6 +74,21 @@ relay_publish_failures = Counter(
     "leasework_relay_publish_failures", "Outbox rows Kafka did not acknowledge (kept, retried)"
 )
 promoted = Counter("leasework_jobs_promoted", "Due scheduled or failed jobs queued")
+schedule_ticks_fired = Counter(
+    "leasework_schedule_ticks_fired",
+    "Schedule ticks that inserted their job (source: cron on time, catch_up late)",
+    ["schedule", "source"],
+)
+schedule_ticks_skipped = Counter(
+    "leasework_schedule_ticks_skipped",
+    "Schedule ticks recorded as skipped by policy (reason: catch_up, overlap)",
+    ["schedule", "reason"],
+)
+schedule_ticks_late = Counter(
+    "leasework_schedule_ticks_late",
+    "Schedule ticks no scheduler handled within their grace: fired late, skipped, or dropped",
+    ["schedule"],
+)
 consumer_lag = Gauge(
     "leasework_consumer_lag", "Messages behind the partition's high watermark", ["partition"]
 )
@@ -107,7 +122,7 @@ jobs_deferred = Counter(
 jobs_pruned = Counter("leasework_jobs_pruned", "Finished jobs deleted by the pruner", ["status"])
 rows_pruned = Counter(
     "leasework_rows_pruned",
-    "Rows the pruner deleted by age alone (audit_log, alert_notifications)",
+    "Rows the pruner deleted by age alone (audit_log, alert_notifications, schedule_ticks)",
     ["table"],
 )
 worker_errors = Counter(

@@ -4,6 +4,7 @@ one-shot migrate, wired from settings and the loaded app."""
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 
 import psycopg
 import trio
@@ -19,6 +20,7 @@ from leasework.health import Health
 from leasework.kafka import client_config, cluster_probe
 from leasework.preflight import Preflight
 from leasework.service import Stopping, run_service
+from leasework.store.schedules import schedules_reconcile
 from leasework.worker.process import Worker
 
 log = logging.getLogger("leasework.roles")
@@ -86,11 +88,27 @@ async def register_types(db: Database, app: App, process_name: str) -> None:
         try:
             await db.run(store.job_types_register, rows, process_name)
             log.info("job types registered", extra={"types": app.names, "app": app.name})
+            if app.schedules:
+                await reconcile_schedules(db, app, process_name)
             return
         except psycopg.Error as exc:
             log.warning("cannot register job types yet", extra={"error": str(exc)[:200]})
             await trio.sleep(delay)
             delay = min(10.0, delay * 2)
+
+
+async def reconcile_schedules(db: Database, app: App, process_name: str) -> None:
+    """Store the app's declared schedules (leasework.store.schedules.schedules_reconcile);
+    warn of those an earlier deploy declared that this app no longer does."""
+    now = datetime.now(UTC)
+    left = await db.run(schedules_reconcile, app.schedules, process_name, now)
+    log.info("schedules reconciled", extra={"schedules": [d.name for d in app.schedules]})
+    if left:
+        log.warning(
+            "schedules declared by an earlier deploy are no longer in the app; they still "
+            "fire: delete them (DELETE FROM schedules WHERE name = ...) if that is not wanted",
+            extra={"schedules": left},
+        )
 
 
 class ApiParts:

@@ -23,12 +23,15 @@ schedulers race for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+
+from leasework.job import TYPE_NAME_PATTERN
 
 # a scheduler looks at no more than this many due ticks in one pass (a per-second schedule
 # after a day's downtime has 86,400): the latest ones; older ones are counted as dropped
@@ -205,3 +208,63 @@ def plan(
         candidates = candidates[cut:]
     skipped.sort()
     return Plan(tuple(candidates), tuple(skipped), dropped, cron.after(now))
+
+
+# a schedule's name follows the job type's rule (the schedules table's CHECK spells it too)
+NAME_PATTERN = TYPE_NAME_PATTERN
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What a schedule is, as an app declares it or an operator creates it: which job it
+    inserts (``type`` and ``payload``) on which calendar (``cron`` in ``timezone``) under
+    which policy. Checked when made: a definition that exists can be stored and fired."""
+
+    name: str
+    type: str
+    cron: str
+    payload: Any = field(default_factory=dict)
+    timezone: str = "UTC"
+    overlap: Overlap = Overlap.ALLOW
+    catch_up: CatchUp = CatchUp.LATEST
+    catch_up_limit: int = 1
+    grace_seconds: int = int(DEFAULT_GRACE.total_seconds())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
+            raise ScheduleError(
+                f"schedule name {self.name!r} is invalid: use 1-100 letters, digits and _ . : -"
+            )
+        if not isinstance(self.type, str) or not NAME_PATTERN.match(self.type):
+            raise ScheduleError(f"job type {self.type!r} of schedule {self.name!r} is invalid")
+        try:
+            object.__setattr__(self, "overlap", Overlap(self.overlap))
+            object.__setattr__(self, "catch_up", CatchUp(self.catch_up))
+        except ValueError as exc:
+            raise ScheduleError(
+                f"schedule {self.name!r}: {exc}; overlap is one of "
+                f"{', '.join(Overlap)}, catch_up one of {', '.join(CatchUp)}"
+            ) from None
+        if not 1 <= self.catch_up_limit <= 1000:
+            raise ScheduleError(f"schedule {self.name!r}: catch_up_limit must be 1-1000")
+        if not 0 <= self.grace_seconds <= 86400:
+            raise ScheduleError(f"schedule {self.name!r}: grace_seconds must be 0-86400")
+        Cron(self.cron, self.timezone)  # raises ScheduleError on a bad expression or zone
+
+    @property
+    def calendar(self) -> Cron:
+        return Cron(self.cron, self.timezone)
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(
+            overlap=self.overlap,
+            catch_up=self.catch_up,
+            catch_up_limit=self.catch_up_limit,
+            grace=timedelta(seconds=self.grace_seconds),
+        )
+
+    def first_fire_at(self, now: datetime) -> datetime | None:
+        """The next fire time of a schedule created (or re-timed) at ``now``: its first tick
+        after ``now``. Ticks before a schedule existed are not missed; they never were."""
+        return self.calendar.after(now)

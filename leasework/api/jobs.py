@@ -37,6 +37,7 @@ JOB_FIELDS = (
     "cancel_requested",
     "result",
     "deferrals",
+    "schedule",
 )
 
 
@@ -48,7 +49,7 @@ def job_view(job: Job) -> dict[str, Any]:
     view: dict[str, Any] = {k: getattr(job, k) for k in JOB_FIELDS}
     view["status"] = str(job.status)
     view["id"] = str(job.id)
-    for key in ("run_at", "created_at", "updated_at", "started_at", "finished_at"):
+    for key in ("run_at", "created_at", "updated_at", "started_at", "finished_at", "tick_at"):
         view[key] = _iso(getattr(job, key))
     return view
 

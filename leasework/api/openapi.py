@@ -234,6 +234,8 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "cancel_requested": {"type": "boolean"},
             "result": {"description": "the handler's return value, once succeeded"},
             "deferrals": {"type": "integer"},
+            "schedule": {**NULLABLE_STRING, "description": "the schedule it came from"},
+            "tick_at": {**NULLABLE_STRING, "description": "the nominal instant of its tick"},
             "run_at": {"type": "string"},
             "created_at": {"type": "string"},
             "updated_at": {"type": "string"},

@@ -1,7 +1,8 @@
 """The relay process: its maintenance services in one nursery, each with its own loop
 (:func:`leasework.relay.service.run_passes`): the outbox relay (:mod:`.outbox`), the
-promoter (:mod:`.promoter`), the reaper (:mod:`.reaper`), the pruner (:mod:`.pruner`), the
-backlog gauge (:mod:`.backlog`) and the consumer-lag service (:mod:`.lag`).
+promoter (:mod:`.promoter`), the scheduler (:mod:`.scheduler`), the reaper (:mod:`.reaper`),
+the pruner (:mod:`.pruner`), the backlog gauge (:mod:`.backlog`) and the consumer-lag
+service (:mod:`.lag`).
 
 Each service claims its rows with ``FOR UPDATE SKIP LOCKED``, so any number of relays may
 run side by side.
@@ -20,6 +21,7 @@ from leasework.relay.outbox import OutboxConfig, OutboxRelay
 from leasework.relay.promoter import Promoter, PromoterConfig
 from leasework.relay.pruner import Pruner, PrunerConfig
 from leasework.relay.reaper import Reaper, ReaperConfig
+from leasework.relay.scheduler import Scheduler, SchedulerConfig
 from leasework.relay.service import Service
 from leasework.service import Stopping
 
@@ -34,6 +36,7 @@ def services(
     return [
         OutboxRelay(db, publisher, OutboxConfig.from_settings(settings), health_conditions),
         Promoter(db, PromoterConfig.from_settings(settings)),
+        Scheduler(db, SchedulerConfig.from_settings(settings)),
         Reaper(db, ReaperConfig.from_settings(settings)),
         Pruner(db, PrunerConfig.from_settings(settings)),
         BacklogGauge(db),

@@ -2,7 +2,9 @@
 
 Finished jobs go after their state's retention (``LEASEWORK_RETAIN_SUCCEEDED``, ``_DEAD``,
 ``_CANCELLED``), taking their outbox rows, attempts and effects with them; audit entries go
-after ``_RETAIN_AUDIT``, Alertmanager's notifications after ``_RETAIN_ALERTS``. (The outbox
+after ``_RETAIN_AUDIT``, Alertmanager's notifications after ``_RETAIN_ALERTS``, schedules'
+recorded ticks after ``_RETAIN_TICKS`` (a pruned tick can be backfilled again; the scheduler
+never goes back to it). (The outbox
 needs no retention of its own: the relay deletes each row once Kafka acknowledged it.) Each
 pass deletes in batches claimed with ``FOR UPDATE SKIP LOCKED``, so several relays prune side
 by side without waiting on each other, until a batch comes back short. A pruned job's
@@ -37,6 +39,7 @@ class Retention:
     cancelled: float | None
     audit: float | None = None
     alerts: float | None = None
+    ticks: float | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Retention:
@@ -46,6 +49,7 @@ class Retention:
             cancelled=settings.retain_cancelled,
             audit=settings.retain_audit,
             alerts=settings.retain_alerts,
+            ticks=settings.retain_ticks,
         )
 
     def of_jobs(self) -> dict[Status, float | None]:
@@ -57,7 +61,11 @@ class Retention:
 
     def of_tables(self) -> dict[str, float | None]:
         """The tables pruned by age alone (store.relay.AGED_TABLES), by name."""
-        return {"audit_log": self.audit, "alert_notifications": self.alerts}
+        return {
+            "audit_log": self.audit,
+            "alert_notifications": self.alerts,
+            "schedule_ticks": self.ticks,
+        }
 
 
 @dataclass(frozen=True)

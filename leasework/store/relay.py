@@ -95,7 +95,11 @@ def jobs_prune(conn: psycopg.Connection, status: Status, older_than: float, limi
 
 # the tables the pruner empties by age alone, each with its time column; an index on that
 # column (0003) serves the oldest-first batch
-AGED_TABLES = {"audit_log": "at", "alert_notifications": "received_at"}
+AGED_TABLES = {
+    "audit_log": "at",
+    "alert_notifications": "received_at",
+    "schedule_ticks": "recorded_at",
+}
 
 
 def rows_prune(conn: psycopg.Connection, table: str, older_than: float, limit: int) -> int:

@@ -185,3 +185,37 @@ def test_a_pass_looks_at_a_bounded_number_of_ticks_and_counts_the_rest():
     assert len(result.skipped) == 49
     assert result.dropped == MAX_DROPPED_COUNTED
     assert result.next_fire_at == utc(2026, 1, 2, 0, 0, 1)
+
+
+def test_a_definition_is_checked_when_made():
+    from leasework.schedule import Definition
+
+    with pytest.raises(ScheduleError, match="schedule name"):
+        Definition(name="no spaces", type="noop", cron="* * * * *")
+    with pytest.raises(ScheduleError, match="overlap is one of"):
+        Definition(name="a", type="noop", cron="* * * * *", overlap="sometimes")
+    with pytest.raises(ScheduleError, match="unknown time zone"):
+        Definition(name="a", type="noop", cron="* * * * *", timezone="Mars/Olympus")
+    with pytest.raises(ScheduleError, match="catch_up_limit"):
+        Definition(name="a", type="noop", cron="* * * * *", catch_up_limit=0)
+    d = Definition(name="a", type="noop", cron="*/5 * * * *", timezone="Europe/Berlin")
+    at = datetime(2026, 3, 29, 0, 58, tzinfo=UTC)
+    assert d.first_fire_at(at) == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+
+
+def test_an_app_declares_schedules_on_its_job_types():
+    import leasework
+    from leasework.errors import AppError
+
+    app = leasework.App()
+
+    @app.job(schedule="*/5 * * * *")
+    async def tidy(ctx) -> None: ...
+
+    app.schedule("tidy-berlin", "0 3 * * *", job=tidy, timezone="Europe/Berlin", overlap="skip")
+    assert [d.name for d in app.schedules] == ["tidy", "tidy-berlin"]
+    assert app.schedules[1].overlap is Overlap.SKIP
+    with pytest.raises(AppError, match="defined twice"):
+        app.schedule("tidy", "* * * * *", job="tidy")
+    with pytest.raises(AppError, match="not valid"):
+        app.schedule("broken", "every day", job="tidy")
