@@ -12,6 +12,8 @@ import httpx
 from chaos.promql import scrape
 from devstack.layout import STACK_APP
 from leasework.app import load_app
+from leasework.relay.pruner import Retention
+from leasework.schedule import SkipReason as TickSkipReason
 from leasework.states import Status
 from leasework.worker.claim import SkipReason
 from tests.integration.conftest import insert_unchecked, wait_for, wait_status
@@ -45,15 +47,22 @@ LABEL_DOMAINS = {
     | {"missing"}
     | set(get_args(SkipReason))  # a message the claim stage settles at once
     | {"malformed", "unknown_prefix", "wrong_secret", "refused_again", "throttled"}  # tokens
-    | {"body-too-large", "body-timeout", "busy"},  # bodies the guard refused
+    | {"body-too-large", "body-timeout", "busy"}  # bodies the guard refused
+    | {r.value for r in TickSkipReason},  # a schedule's skipped tick
     "partition": {str(p) for p in range(12)},
     # the pruner's, by final state; the guard's refusals
     "status": {"succeeded", "dead", "cancelled", "401", "403"},
-    "table": {"audit_log", "alert_notifications"},
+    # the tables the pruner ages out, as it names them
+    "table": set(Retention(succeeded=None, dead=None, cancelled=None).of_tables()),
+    # how a schedule's tick came to fire (schedule_ticks.source)
+    "source": {"cron", "catch_up", "trigger", "backfill"},
     "dependency": {"postgres", "redis", "kafka"},
     "result": {"ok", "lost", "error"},
 }
 SAMPLE_LABELS = {"le", "quantile"}  # histogram buckets: a fixed set per metric
+# labels whose values are names an operator chose (a schedule's): bounded by how many the
+# operators made, not by the number of jobs; a value must still look like such a name
+NAME_LABELS = {"schedule": re.compile(r"[A-Za-z0-9_.:-]{1,100}")}
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -69,6 +78,9 @@ def test_no_label_grows_with_the_number_of_jobs(stack, client, db):
                 continue  # the client library's process and GC metrics
             for label, value in LABEL.findall(sample):
                 if label in SAMPLE_LABELS:
+                    continue
+                if label in NAME_LABELS:
+                    assert NAME_LABELS[label].fullmatch(value), f"{process}: not a name: {sample}"
                     continue
                 assert label in LABEL_DOMAINS, f"{process}: unexpected label {label}: {sample}"
                 assert value in LABEL_DOMAINS[label], f"{process}: unbounded value: {sample}"
