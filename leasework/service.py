@@ -14,14 +14,13 @@ import signal
 from collections.abc import Awaitable, Callable
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from quart import Response
 from quart_trio import QuartTrio
 
 from leasework.config import Settings
 from leasework.health import Health, measure_event_loop_lag
+from leasework.httpserver import ServerLimits, serve
 from leasework.preflight import Preflight, Refused, refusal
 
 log = logging.getLogger("leasework.service")
@@ -53,27 +52,22 @@ def ops_app(health: Health, process_name: str) -> QuartTrio:
     return app
 
 
-# Hypercorn's limits, chosen (docs/design-decisions.md): a connection that sends nothing for
-# READ_TIMEOUT seconds is closed; an idle keep-alive connection after KEEP_ALIVE seconds;
-# request line plus headers may not pass MAX_INCOMPLETE bytes (h11); at most H2_STREAMS
-# streams per HTTP/2 connection. The body's own cap and deadline are the guard's.
+# The HTTP server's limits, chosen (docs/design-decisions.md): a request's line and headers
+# must arrive within READ_TIMEOUT seconds (a new connection's first request too); an idle
+# keep-alive connection is closed after KEEP_ALIVE seconds; request line plus headers may not
+# pass MAX_HEAD bytes. The body's own cap and deadline are the guard's.
 READ_TIMEOUT = 30
 KEEP_ALIVE = 5
-MAX_INCOMPLETE = 16 * 1024
-H2_STREAMS = 32
+MAX_HEAD = 16 * 1024
 
 
-def hypercorn_config(addr: tuple[str, int], graceful: float) -> HypercornConfig:
-    config = HypercornConfig()
-    config.bind = [f"{addr[0]}:{addr[1]}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = min(graceful, HTTP_DRAIN_SECONDS)
-    config.keep_alive_timeout = KEEP_ALIVE
-    config.read_timeout = READ_TIMEOUT
-    config.h11_max_incomplete_size = MAX_INCOMPLETE
-    config.h2_max_concurrent_streams = H2_STREAMS
-    return config
+def server_limits(graceful: float) -> ServerLimits:
+    return ServerLimits(
+        head_timeout=READ_TIMEOUT,
+        keep_alive=KEEP_ALIVE,
+        max_head=MAX_HEAD,
+        drain=min(graceful, HTTP_DRAIN_SECONDS),
+    )
 
 
 class Stopping:
@@ -97,13 +91,14 @@ class Stopping:
 
 async def serve_http(
     app: QuartTrio,
-    config: HypercornConfig,
+    addr: tuple[str, int],
+    limits: ServerLimits,
     stopped: trio.Event,
     done: trio.Event,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     try:
-        await hypercorn_serve(app, config, shutdown_trigger=stopped.wait, task_status=task_status)
+        await serve(app, addr, stopped, limits=limits, task_status=task_status)
     finally:
         done.set()
 
@@ -154,12 +149,12 @@ async def run_service(
         nursery.start_soon(measure_event_loop_lag)
         await nursery.start(health.run)
         serving: list[trio.Event] = []
+        limits = server_limits(graceful=settings.shutdown_timeout)
         for addr, listener in listeners:
-            config = hypercorn_config(addr, graceful=settings.shutdown_timeout)
             done = trio.Event()
             serving.append(done)
-            await nursery.start(serve_http, listener, config, http_stopped, done)
-            log.info("serving", extra={"addr": config.bind[0], "role": settings.role})
+            await nursery.start(serve_http, listener, addr, limits, http_stopped, done)
+            log.info("serving", extra={"addr": f"{addr[0]}:{addr[1]}", "role": settings.role})
         await body(stopping)
         log.info("drained", extra={"reason": stopping.reason or "finished"})
         http_stopped.set()
