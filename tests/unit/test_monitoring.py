@@ -46,11 +46,12 @@ def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def exported_series() -> set[str]:
     """Series names Prometheus sees from leasework: prometheus_client appends ``_total`` to
-    counters and ``_bucket``/``_sum``/``_count`` to histograms."""
+    counters and ``_bucket``/``_sum``/``_count`` to histograms, and exports when each
+    counter, histogram and summary child was created (``_created``, Unix seconds)."""
     suffixes = {
-        "counter": ("_total",),
-        "histogram": ("_bucket", "_sum", "_count"),
-        "summary": ("", "_sum", "_count"),
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "summary": ("", "_sum", "_count", "_created"),
         "gauge": ("",),
     }
     names = set()
