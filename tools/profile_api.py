@@ -42,8 +42,8 @@ AREAS = (
     ("submission", "submission.py"),
     ("guard", "guard.py"),
     ("auth", "auth.py"),
-    ("http server (httpserver.py, h11)", "httpserver.py"),
-    ("http server (httpserver.py, h11)", "h11"),
+    ("http server (httpserver.py, httptools)", "httpserver.py"),
+    ("http server (httpserver.py, httptools)", "httptools"),
     ("trio", "trio/"),
 )
 

@@ -71,14 +71,20 @@ class Router:
         # (``/jobs/batch`` is not ``/jobs/{job_id}``)
         documented.sort(key=lambda r: (r.path.count("{"), -len(r.path)))
         self.routes = [(route, _pattern(route.path)) for route in documented]
+        # a path that is a template without parameters is its own most specific template:
+        # found without a pattern (every request passes here, POST /jobs most of all)
+        self.literal = {r.path for r in documented if "{" not in r.path}
+        self.by_key = {(r.path, r.method): r for r in documented}
 
     def _path(self, path: str) -> str | None:
         """The most specific template ``path`` matches."""
+        if path in self.literal:
+            return path
         return next((r.path for r, pattern in self.routes if pattern.match(path)), None)
 
     def match(self, method: str, path: str) -> Route | None:
         template = self._path(path)
-        return next((r for r, _ in self.routes if r.path == template and r.method == method), None)
+        return None if template is None else self.by_key.get((template, method))
 
     def allowed(self, path: str) -> list[str]:
         """The methods the document defines for ``path`` (for a 405's ``Allow``)."""

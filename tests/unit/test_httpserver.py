@@ -103,6 +103,14 @@ def request(method: str, target: str, body: bytes = b"", extra: str = "") -> byt
     return head.encode() + body
 
 
+async def answered_then_closed(stream: trio.SocketStream, status: int) -> bytes:
+    """The one answer on ``stream`` has ``status``, and then the server closed it; its body."""
+    head, body = await read_answer(stream, bytearray())
+    assert head.startswith(b"HTTP/1.1 %d " % status), head
+    assert await closed(stream)
+    return body
+
+
 async def closed(stream: trio.SocketStream) -> bool:
     with trio.move_on_after(3):
         while data := await stream.receive_some(65536):
@@ -155,16 +163,12 @@ async def test_a_head_too_large_is_431_and_a_malformed_one_400_then_closed():
     async with running(echo) as (clients, _):
         stream = await clients.connect()
         await stream.send_all(request("GET", "/", extra="x-big: " + "y" * 2000 + "\r\n"))
-        head, body = await read_answer(stream, bytearray())
-        assert head.startswith(b"HTTP/1.1 431 ")
+        body = await answered_then_closed(stream, 431)
         assert "at most 1024 bytes" in json.loads(body)["detail"]
-        assert await closed(stream)
 
         stream = await clients.connect()
         await stream.send_all(b"NOT HTTP AT ALL\r\n\r\n")
-        head, _ = await read_answer(stream, bytearray())
-        assert head.startswith(b"HTTP/1.1 400 ")
-        assert await closed(stream)
+        await answered_then_closed(stream, 400)
 
 
 async def test_an_idle_connection_is_closed_after_keep_alive_and_a_slow_head_after_its_timeout():
@@ -202,10 +206,8 @@ async def test_the_apps_exception_before_its_answer_is_a_500_problem_and_the_con
     async with running(broken) as (clients, _):
         stream = await clients.connect()
         await stream.send_all(request("GET", "/"))
-        head, body = await read_answer(stream, bytearray())
-        assert head.startswith(b"HTTP/1.1 500 ")
+        body = await answered_then_closed(stream, 500)
         assert json.loads(body)["title"] == "Internal error"
-        assert await closed(stream)
 
 
 async def test_an_answer_without_a_length_is_chunked_and_head_gets_no_body():
@@ -333,3 +335,62 @@ async def test_a_small_body_left_unread_is_dropped_and_the_connection_serves_the
             await stream.send_all(request("POST", "/keep", b"x" * 5000))
             head, _ = await read_answer(stream, buffer)
             assert head.startswith(b"HTTP/1.1 413 ")
+
+
+async def test_a_head_too_large_in_pieces_is_refused_before_it_ends():
+    async with running(echo) as (clients, _):
+        stream = await clients.connect()
+        await stream.send_all(b"GET / HTTP/1.1\r\nhost: t\r\nx-big: ")
+        for _ in range(3):  # a header value growing past the 1 KiB head, never ending
+            await stream.send_all(b"y" * 600)
+            await trio.sleep(0.02)
+        await answered_then_closed(stream, 431)
+
+
+async def test_an_upgrade_is_refused_and_http_1_0_is_answered_then_closed():
+    async with running(echo) as (clients, _):
+        stream = await clients.connect()
+        await stream.send_all(
+            b"GET / HTTP/1.1\r\nhost: t\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n"
+        )
+        assert b"upgrade" in (await answered_then_closed(stream, 400)).lower()
+
+        stream = await clients.connect()
+        await stream.send_all(b"GET /old HTTP/1.0\r\n\r\n")
+        head, body = await read_answer(stream, bytearray())
+        assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" in head.lower()
+        assert json.loads(body)["path"] == "/old"
+        assert await closed(stream)
+
+
+async def test_a_header_with_a_line_break_is_the_apps_bug_not_a_second_header():
+    async def injects(scope, receive, send):
+        if scope["type"] != "http":
+            raise RuntimeError
+        headers = [(b"location", b"/x\r\nset-cookie: stolen=1"), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 303, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with running(injects) as (clients, _):
+        stream = await clients.connect()
+        await stream.send_all(request("GET", "/"))
+        head, _ = await read_answer(stream, bytearray())
+        assert head.startswith(b"HTTP/1.1 500 ") and b"stolen" not in head
+
+
+async def test_an_answer_short_of_its_length_closes_the_connection():
+    async def short(scope, receive, send):
+        if scope["type"] != "http":
+            raise RuntimeError
+        headers = [(b"content-length", b"10")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"abc"})
+
+    async with running(short) as (clients, _):
+        stream = await clients.connect()
+        await stream.send_all(request("GET", "/"))
+        data = b""
+        with trio.fail_after(3):
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+        assert data.endswith(b"\r\n\r\nabc")  # and then the end of the stream
