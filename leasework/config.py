@@ -38,6 +38,10 @@ DOCTOR_CHECK_ROOTS = ("kafka", "redis", "postgres")  # every check's name starts
 # a plain TTL lease: no fence condition on the terminal write, no deadline scope; for the
 # fencing demonstration and the chaos harness's "can it fail" run only
 UNSAFE_LEASE_MODE = "unsafe-plain-ttl"
+# the scheduler's fire pass without its row lock, its compare-and-set and the tick
+# constraint's hold on the job insert; for the chaos harness's "can it fail" run only
+UNSAFE_SCHEDULER_VARIABLE = "LEASEWORK_UNSAFE_SCHEDULER"
+UNSAFE_SCHEDULER_CONFIRMATION = "LEASEWORK_I_ACCEPT_DOUBLE_TICKS"
 
 
 class ConfigError(ValueError):
@@ -210,6 +214,10 @@ class Settings:
     # relay: seconds added to the scheduler's clock; only the chaos harness sets it, to run a
     # relay whose clock is off (LEASEWORK_FAKE_CLOCK_OFFSET, -3600 to 3600)
     fake_clock_offset: float = 0.0
+    # relay: the UNSAFE fire pass (LEASEWORK_UNSAFE_SCHEDULER, refused without
+    # LEASEWORK_I_ACCEPT_DOUBLE_TICKS=yes); only the chaos harness sets it, to show that two
+    # schedulers without the guards fire a tick twice
+    unsafe_scheduler: bool = False
     prune_interval: float = 60.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
@@ -311,6 +319,7 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     values["lease_mode"] = _lease_mode(get)
     if (offset := get("FAKE_CLOCK_OFFSET")) is not None:
         values["fake_clock_offset"] = _clock_offset(offset)
+    values["unsafe_scheduler"] = _unsafe_scheduler(get)
     values.update(_api_options(get))
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group
@@ -332,6 +341,20 @@ def _clock_offset(raw: str) -> float:
             "3600 (the chaos harness's skewed clock; leave it unset in production)"
         )
     return offset
+
+
+def _unsafe_scheduler(get: Getter) -> bool:
+    raw = get("UNSAFE_SCHEDULER")
+    if raw is None or not parse_bool(UNSAFE_SCHEDULER_VARIABLE, raw):
+        return False
+    if get("I_ACCEPT_DOUBLE_TICKS") != "yes":
+        raise ConfigError(
+            f"{UNSAFE_SCHEDULER_VARIABLE}={raw} turns off the scheduler's row lock, its "
+            "compare-and-set and the unique tick's hold on the job insert, so two relays WILL "
+            "fire a schedule's tick twice; it exists only to show that the chaos checker "
+            f"catches it. Set {UNSAFE_SCHEDULER_CONFIRMATION}=yes as well to run it."
+        )
+    return True
 
 
 def _dependencies(get: Getter) -> dict[str, object]:

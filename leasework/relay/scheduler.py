@@ -12,10 +12,16 @@ and the promoter, on the database's clock, queues it on time.
 Between passes it sleeps until the earliest next fire time, never longer than
 ``max_idle`` (so a schedule created or resumed meanwhile is seen within it) and never
 shorter than ``min_idle``.
+
+``unsafe`` (``LEASEWORK_UNSAFE_SCHEDULER``, which :mod:`leasework.config` refuses without
+``LEASEWORK_I_ACCEPT_DOUBLE_TICKS=yes``) runs the pass without its guards
+(:func:`leasework.store.schedules.schedules_fire_due_unsafe`), so that the chaos harness can
+show a doubled tick; the choice is made here and nowhere else.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +35,15 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.relay.service import Backoff, Pass, run_passes
 from leasework.schedule import Plan, plan
-from leasework.store.schedules import Handled, Raced, StoredSchedule, schedules_fire_due
+from leasework.store.schedules import (
+    Handled,
+    Raced,
+    StoredSchedule,
+    schedules_fire_due,
+    schedules_fire_due_unsafe,
+)
+
+log = logging.getLogger("leasework.relay.scheduler")
 
 Clock = Callable[[], datetime]
 
@@ -53,10 +67,16 @@ class SchedulerConfig:
     min_idle: float = 0.02
     backoff: Backoff = Backoff.from_interval(0.5)
     clock: Clock = field(default_factory=system_clock)
+    # UNSAFE: the pass without its row lock, compare-and-set and tick guard (chaos only)
+    unsafe: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SchedulerConfig:
-        return cls(topic=settings.topic_ready, clock=system_clock(settings.fake_clock_offset))
+        return cls(
+            topic=settings.topic_ready,
+            clock=system_clock(settings.fake_clock_offset),
+            unsafe=settings.unsafe_scheduler,
+        )
 
 
 def decide(now: datetime) -> Callable[[StoredSchedule, int], Plan]:
@@ -103,7 +123,8 @@ class Scheduler:
     def _pass(
         self, conn: psycopg.Connection, now: datetime
     ) -> tuple[list[Handled], datetime | None]:
-        handled = schedules_fire_due(conn, now, self.config.batch, self.config.topic, decide(now))
+        fire = schedules_fire_due_unsafe if self.config.unsafe else schedules_fire_due
+        handled = fire(conn, now, self.config.batch, self.config.topic, decide(now))
         row = conn.execute(
             "SELECT min(next_fire_at) AS due FROM schedules WHERE NOT paused"
         ).fetchone()
@@ -122,6 +143,11 @@ class Scheduler:
         await trio.sleep(self.idle_seconds())
 
     async def run(self) -> None:
+        if self.config.unsafe:
+            log.warning(
+                "UNSAFE scheduler: no row lock, no compare-and-set, a job for every tick "
+                "planned; two relays WILL fire a tick twice (chaos demonstration only)"
+            )
         await run_passes(
             "scheduler",
             self.run_once,

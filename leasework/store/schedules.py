@@ -7,6 +7,9 @@ insert path of every door) in the transaction that moves the schedule's ``next_f
 by compare-and-set. A tick another transaction already recorded inserts nothing here, so it
 never gets a second job; a compare-and-set that finds ``next_fire_at`` moved raises
 :class:`Raced` and the whole transaction rolls back.
+
+:func:`schedules_fire_due_unsafe` is the same pass without those guards, for the chaos
+harness's run that must find doubled ticks (``LEASEWORK_UNSAFE_SCHEDULER``) and nothing else.
 """
 
 from __future__ import annotations
@@ -283,10 +286,12 @@ def _record_ticks(
     topic: str,
     *,
     refire_skipped: bool = False,
+    unguarded: bool = False,
 ) -> list[Tick]:
     """Insert ``ticks`` of ``schedule`` and a job for each fired one that no transaction
     recorded before (``refire_skipped``: a tick recorded as skipped fires after all, the
-    backfill's way). Returns the ticks this transaction recorded."""
+    backfill's way; ``unguarded``, UNSAFE: every fired tick gets its job, recorded here or
+    not). Returns the ticks this transaction recorded."""
     if not ticks:
         return []
     conflict = (
@@ -321,7 +326,7 @@ def _record_ticks(
     ).fetchall()
     recorded = {r["nominal_at"] for r in rows}
     kept = [t for t in ticks if t.nominal_at in recorded]
-    fired = [t for t in kept if t.job_id is not None]
+    fired = [t for t in (ticks if unguarded else kept) if t.job_id is not None]
     if fired:
         requests = [
             {
@@ -371,10 +376,35 @@ def schedules_fire_due(
     due at ``now`` (``FOR UPDATE SKIP LOCKED``: schedulers side by side take different
     ones), ask ``decide(schedule, unfinished runs)`` what to do, record each tick (a job for
     each fired one) and move ``next_fire_at`` on by compare-and-set."""
+    return _fire_due(conn, now, limit, topic, decide, guarded=True)
+
+
+def schedules_fire_due_unsafe(
+    conn: psycopg.Connection, now: datetime, limit: int, topic: str, decide: Decide
+) -> list[Handled]:
+    """UNSAFE, for the chaos harness's "can it fail" run only: the pass of
+    :func:`schedules_fire_due` without its guards. The due schedules are read without a
+    row lock, each tick it plans to fire gets a job whether or not its tick row was inserted
+    here (the row still ``ON CONFLICT DO NOTHING``), and ``next_fire_at`` is written without
+    compare-and-set. Two schedulers that read a schedule before either commits both insert
+    a job for its tick."""
+    return _fire_due(conn, now, limit, topic, decide, guarded=False)
+
+
+def _fire_due(
+    conn: psycopg.Connection,
+    now: datetime,
+    limit: int,
+    topic: str,
+    decide: Decide,
+    *,
+    guarded: bool,
+) -> list[Handled]:
+    lock = "FOR UPDATE SKIP LOCKED" if guarded else ""
     rows = conn.execute(
         f"""SELECT {SCHEDULE_COLUMNS} FROM schedules
             WHERE NOT paused AND next_fire_at <= %s
-            ORDER BY next_fire_at LIMIT %s FOR UPDATE SKIP LOCKED""",
+            ORDER BY next_fire_at, name LIMIT %s {lock}""",
         (now, limit),
     ).fetchall()
     due = [StoredSchedule.from_row(r) for r in rows]
@@ -395,15 +425,22 @@ def schedules_fire_due(
         grace = schedule.definition.policy.grace
         ticks = [Tick(t, _source(now - t, grace), job_id=uuid.uuid4()) for t in decided.fire]
         ticks += [Tick(t, _source(now - t, grace), reason=why) for t, why in decided.skipped]
-        recorded = _record_ticks(conn, schedule.definition, ticks, topic)
-        moved = conn.execute(
-            """UPDATE schedules SET next_fire_at = %s, updated_at = now()
-               WHERE name = %s AND next_fire_at = %s""",
-            (decided.next_fire_at, schedule.name, schedule.next_fire_at),
-        ).rowcount
-        if moved != 1:
-            raise Raced(f"schedule {schedule.name!r} moved on while this pass held it")
-        fired = tuple(t for t in recorded if t.job_id is not None)
+        recorded = _record_ticks(conn, schedule.definition, ticks, topic, unguarded=not guarded)
+        if guarded:
+            moved = conn.execute(
+                """UPDATE schedules SET next_fire_at = %s, updated_at = now()
+                   WHERE name = %s AND next_fire_at = %s""",
+                (decided.next_fire_at, schedule.name, schedule.next_fire_at),
+            ).rowcount
+            if moved != 1:
+                raise Raced(f"schedule {schedule.name!r} moved on while this pass held it")
+        else:
+            conn.execute(
+                "UPDATE schedules SET next_fire_at = %s, updated_at = now() WHERE name = %s",
+                (decided.next_fire_at, schedule.name),
+            )
+        jobs = recorded if guarded else ticks
+        fired = tuple(t for t in jobs if t.job_id is not None)
         skipped = tuple(t for t in recorded if t.job_id is None)
         late = decided.dropped + sum(1 for t in recorded if now - t.nominal_at > grace)
         handled.append(

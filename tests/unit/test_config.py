@@ -122,6 +122,29 @@ def test_unsafe_lease_mode_is_refused_without_the_explicit_flag():
     assert load("worker", {}).lease_mode == "fenced"
 
 
+def test_the_unsafe_scheduler_is_refused_without_its_confirmation():
+    for value in ("1", "true", "yes"):
+        with pytest.raises(ConfigError, match="LEASEWORK_I_ACCEPT_DOUBLE_TICKS=yes"):
+            load("relay", {"LEASEWORK_UNSAFE_SCHEDULER": value})
+    with pytest.raises(ConfigError, match="I_ACCEPT_DOUBLE_TICKS"):  # only "yes" confirms
+        load(
+            "relay",
+            {"LEASEWORK_UNSAFE_SCHEDULER": "1", "LEASEWORK_I_ACCEPT_DOUBLE_TICKS": "true"},
+        )
+    unsafe = load(
+        "relay", {"LEASEWORK_UNSAFE_SCHEDULER": "1", "LEASEWORK_I_ACCEPT_DOUBLE_TICKS": "yes"}
+    )
+    assert unsafe.unsafe_scheduler is True
+    assert load("relay", {}).unsafe_scheduler is False
+    assert load("relay", {"LEASEWORK_UNSAFE_SCHEDULER": "0"}).unsafe_scheduler is False
+    # the confirmation alone turns nothing off
+    assert load("relay", {"LEASEWORK_I_ACCEPT_DOUBLE_TICKS": "yes"}).unsafe_scheduler is False
+    with pytest.raises(ConfigError, match="not a boolean"):
+        load("relay", {"LEASEWORK_UNSAFE_SCHEDULER": "maybe"})
+    # an environment switch only: a configuration file cannot hold it
+    assert "unsafe_scheduler" not in config.known_keys()
+
+
 def test_what_a_request_may_cost_and_whom_to_trust_are_configurable():
     import ipaddress
 
