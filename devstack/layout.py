@@ -124,6 +124,14 @@ APPS: dict[str, tuple[str, int]] = {
     "worker-2": ("worker", 9103),
 }
 
+# Relays beside the stack's own, name -> (role, ops port): never started by `up`; a chaos
+# scenario that asks for them has the harness start them for its run and stop them after
+# (two or three schedulers racing for the same ticks, one with its clock off).
+EXTRA_RELAYS: dict[str, tuple[str, int]] = {
+    "relay-2": ("relay", 9104),
+    "relay-3": ("relay", 9105),
+}
+
 # Where the api answers, each worker's ops port (its /metrics), and the HTTP APIs of
 # Toxiproxy, of the stack's long-lived Prometheus and of the Alertmanager every Prometheus
 # of the stack (the long-lived one and the scratch ones) sends its alerts to.

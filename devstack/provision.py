@@ -182,6 +182,7 @@ def stack_ports() -> set[int]:
     from .layout import (
         ALERTMANAGER_PORT,
         APPS,
+        EXTRA_RELAYS,
         KAFKA_NODE_IDS,
         PROMETHEUS_PORT,
         PROXIES,
@@ -193,7 +194,7 @@ def stack_ports() -> set[int]:
 
     ports = {p for listen, upstream in PROXIES.values() for p in (listen, upstream)}
     ports |= {p for n in KAFKA_NODE_IDS for p in kafka_ports(n).values()}
-    ports |= {port for _, port in APPS.values()}
+    ports |= {port for _, port in (*APPS.values(), *EXTRA_RELAYS.values())}
     return ports | {
         ALERTMANAGER_PORT,
         PROMETHEUS_PORT,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import procs
 from .errors import StackError, tail
-from .layout import KAFKA_NODE_IDS, Layout
+from .layout import EXTRA_RELAYS, KAFKA_NODE_IDS, Layout
 from .lock import state_lock
 from .progress import log, step
 from .provision import provision as _provision
@@ -35,7 +35,7 @@ from .status import ServiceStatus
 KAFKA_NAMES = tuple(f"kafka-{n}" for n in KAFKA_NODE_IDS)
 # Stop order for `down`: each tier is stopped in parallel, apps first.
 STOP_TIERS: tuple[tuple[str, ...], ...] = (
-    ("api", "relay", "worker-1", "worker-2", "shop"),
+    ("api", "relay", *EXTRA_RELAYS, "worker-1", "worker-2", "shop"),
     ("prometheus", "alertmanager", *KAFKA_NAMES),
     ("toxiproxy", "redis", "postgres"),
 )
@@ -54,8 +54,9 @@ class Stack:
 
     # --- lookup ---------------------------------------------------------------------
     def names(self, kind: str | None = None) -> list[str]:
-        """Service names in start order; ``kind`` is "infra", "app" (leasework processes)
-        or "example" (the example shop) to filter."""
+        """Service names in start order; ``kind`` is "infra", "app" (leasework processes),
+        "example" (the example shop) or "extra" (relays only a chaos scenario starts) to
+        filter."""
         return [n for n, s in self._services.items() if kind is None or s.kind == kind]
 
     def service(self, name: str) -> Service:
@@ -474,7 +475,7 @@ class Stack:
         """The full environment ``start(name, extra_env)`` would give a leasework process
         (for tests that launch an extra process of the same kind by hand)."""
         svc = self.service(name)
-        if svc.kind != "app":
+        if svc.kind not in ("app", "extra"):
             raise StackError(f"{name} is not a leasework process")
         return svc.env(extra_env)
 
@@ -517,6 +518,8 @@ class Stack:
             pid = self.pid(name)
             note = ""
             recorded = self._recorded_pid(name)
+            if svc.kind == "extra" and recorded is None:
+                continue  # a relay only a chaos scenario starts, and none has
             if pid is None and recorded is not None:
                 other = procs.read_proc(recorded)
                 gone = other is None or not other.alive

@@ -1,8 +1,8 @@
-"""The supervised services, in start order."""
+"""The supervised services, in start order; the extra relays last (started on demand only)."""
 
 from __future__ import annotations
 
-from ..layout import APPS, KAFKA_NODE_IDS, Layout
+from ..layout import APPS, EXTRA_RELAYS, KAFKA_NODE_IDS, Layout
 from .alertmanager import Alertmanager
 from .apps import ExampleShop, LeaseworkApp
 from .base import Service
@@ -23,4 +23,6 @@ def build_services(layout: Layout) -> dict[str, Service]:
     services += [Alertmanager(layout), Prometheus(layout)]
     services += [LeaseworkApp(layout, name) for name in APPS]
     services.append(ExampleShop(layout))
+    # started only when a chaos scenario asks for them (kind "extra"; `up` leaves them alone)
+    services += [LeaseworkApp(layout, name) for name in EXTRA_RELAYS]
     return {s.name: s for s in services}

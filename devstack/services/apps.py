@@ -1,5 +1,5 @@
-"""The leasework processes: ``python -m leasework ROLE`` (api, relay, worker-1, worker-2),
-after the one-shot ``migrate``.
+"""The leasework processes: ``python -m leasework ROLE`` (api, relay, worker-1, worker-2,
+and the relays a chaos scenario may add, relay-2 and relay-3), after the one-shot ``migrate``.
 
 Environment, lowest to highest precedence: the caller's environment; the stack's
 defaults (DSN, redis, brokers) for any ``LEASEWORK_*`` the caller did not set; the
@@ -26,6 +26,7 @@ from pathlib import Path
 from ..errors import StackError
 from ..layout import (
     APPS,
+    EXTRA_RELAYS,
     KAFKA_BROKERS,
     KAFKA_WORKER_BROKERS,
     POSTGRES_DSN,
@@ -183,13 +184,21 @@ class ExampleShop(Service):
 
 
 class LeaseworkApp(Service):
+    """A leasework process of the stack (kind ``app``), or one of the relays a chaos
+    scenario may start beside it (kind ``extra``, :data:`~devstack.layout.EXTRA_RELAYS`):
+    `up`, `status` and the harness's baseline leave those alone unless they run."""
+
     kind = "app"
     ready_timeout = 60.0
 
     def __init__(self, layout: Layout, name: str) -> None:
         super().__init__(layout)
         self.name = name
-        self.role, self.port = APPS[name]
+        if name in EXTRA_RELAYS:
+            self.kind = "extra"
+            self.role, self.port = EXTRA_RELAYS[name]
+        else:
+            self.role, self.port = APPS[name]
 
     def ports(self) -> tuple[int, ...]:
         return (self.port,)

@@ -135,11 +135,37 @@ def test_names_and_addresses(tmp_path: Path) -> None:
     stack = Stack(Layout(tmp_path, tmp_path, tmp_path))
     assert stack.names() == [
         "postgres", "redis", "toxiproxy", "kafka-1", "kafka-2", "kafka-3", "alertmanager",
-        "prometheus", "api", "relay", "worker-1", "worker-2", "shop",
+        "prometheus", "api", "relay", "worker-1", "worker-2", "shop", "relay-2", "relay-3",
     ]  # fmt: skip
     assert stack.names("app") == ["api", "relay", "worker-1", "worker-2"]
     assert stack.address("api") == "127.0.0.1:8080"
     assert "127.0.0.1:15432" in stack.address("postgres")
+
+
+def test_extra_relays_are_the_chaos_harness_s_alone(tmp_path: Path) -> None:
+    """relay-2 and relay-3 are leasework relays with ops ports and names of their own, of
+    kind "extra": `up` (names("app")) never starts them, `down` stops them, and `status`
+    lists one only once something started it."""
+    from devstack.stack import STOP_TIERS
+
+    layout = Layout(tmp_path, tmp_path, tmp_path)
+    stack = Stack(layout)
+    assert stack.names("extra") == ["relay-2", "relay-3"]
+    assert [stack.address(n) for n in stack.names("extra")] == [
+        "127.0.0.1:9104",
+        "127.0.0.1:9105",
+    ]
+    env = stack.app_env("relay-2", {"LEASEWORK_FAKE_CLOCK_OFFSET": "60"})
+    assert env["LEASEWORK_PROCESS_NAME"] == "relay-2"
+    assert env["LEASEWORK_OPS_ADDR"] == "127.0.0.1:9104"
+    assert env["LEASEWORK_FAKE_CLOCK_OFFSET"] == "60"
+    assert stack.service("relay-3").command()[-1] == "relay"
+    assert {"relay-2", "relay-3"} <= set(STOP_TIERS[0])
+    shown = {r.name for r in stack.status()}
+    assert "relay" in shown and not shown & {"relay-2", "relay-3"}
+    write_pidfile(layout.pidfile("relay-3"), 2**22 + 12345)  # started once, now gone
+    rows = {r.name: r for r in stack.status()}
+    assert "relay-2" not in rows and not rows["relay-3"].alive
 
 
 def test_tail_shows_only_the_latest_run(tmp_path: Path) -> None:
