@@ -32,7 +32,7 @@ def random_schedule(
     seed: int,
     duration: float,
     *,
-    faults: Sequence[str] = nemeses.FAULTS,
+    faults: Sequence[str] = nemeses.RANDOM_MIX,
     min_duration: float = 2.0,
     max_duration: float = 10.0,
     min_gap: float = 3.0,

@@ -293,7 +293,7 @@ def _fault(table: _Table) -> FaultSpec:
 
 def _random_faults(table: _Table) -> RandomFaults:
     seed = table.number("seed", required=True, integer=True, low=-(2**63), high=2**63)
-    faults = table.strings("faults", nemeses.FAULTS)
+    faults = table.strings("faults", nemeses.RANDOM_MIX)
     for fault in faults:
         if fault not in nemeses.REGISTRY:
             known = ", ".join(nemeses.FAULTS)

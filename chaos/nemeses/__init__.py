@@ -15,7 +15,12 @@ module          faults
 ``signals``     sigstop, sigkill, restart
 ``kafka``       kafka_kill
 ``redis``       redis_restart, redis_flushall
+``postgres``    postgres_restart (not in the default random mix)
 ==============  =====================================================================
+
+:data:`RANDOM_MIX` is what a ``[random_faults]`` table draws from when it names no faults:
+every fault but those added after the seeded schedules of existing scenarios were chosen
+(``random_mix=False``), whose draws would otherwise change.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ def _discover() -> dict[str, Fault]:
 
 REGISTRY: Mapping[str, Fault] = MappingProxyType(_discover())
 FAULTS: tuple[str, ...] = tuple(REGISTRY)  # every fault's name, family by family
+# the faults the random mix draws from by default, in the same order
+RANDOM_MIX: tuple[str, ...] = tuple(name for name, f in REGISTRY.items() if f.random_mix)
 
 
 def lookup(name: str) -> Fault:

@@ -148,7 +148,9 @@ class Fault:
     duration defaults to 0 and the random mix gives it none). ``instant``: a duration of 0 is
     allowed (a kill, whose heal is the restart). ``default_target``: the target when a
     scenario gives none. ``restarts_target``: the heal starts the target process again, so
-    its pid changes (the runner does not take that for interference)."""
+    its pid changes (the runner does not take that for interference). ``random_mix``: the
+    default random mix may draw it (a fault added later says False, so the seeded schedules
+    of existing scenarios do not change)."""
 
     name: str
     params: tuple[Param, ...] = ()
@@ -156,8 +158,9 @@ class Fault:
     instant: bool = False
     default_target: str | None = None
     restarts_target: bool = False
+    random_mix: bool = True
 
-    family: ClassVar[str] = ""  # groups faults: "toxic", "process", "kafka", "redis"
+    family: ClassVar[str] = ""  # groups faults: "toxic", "process", "kafka", "redis", "postgres"
     colour: ClassVar[str] = "#7f7f7f"  # the family's colour in the report's timeline
 
     # -------------------------------------------------------- scenario side (pure)

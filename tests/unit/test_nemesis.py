@@ -198,7 +198,9 @@ def nemesis(stack=None, env_for=None) -> tuple[Nemesis, FakeStack, FakeToxiproxy
 
 
 async def test_every_fault_starts_and_heals_and_is_recorded():
-    n, stack, toxiproxy, recorder = nemesis(env_for={"worker-1": {"MODE": "unsafe"}})
+    n, stack, toxiproxy, recorder = nemesis(
+        env_for={"worker-1": {"MODE": "unsafe"}, "relay-3": {"LEASEWORK_FAKE_CLOCK_OFFSET": "60"}}
+    )
     faults = [
         spec("latency", "postgres", latency=300, stream="both"),
         spec("link_down", "redis"),
@@ -209,6 +211,8 @@ async def test_every_fault_starts_and_heals_and_is_recorded():
         spec("kafka_kill", "kafka-2"),
         spec("redis_restart", "redis"),
         spec("redis_flushall", "redis", duration=0.0),
+        spec("postgres_restart", "postgres"),
+        spec("sigkill", "relay-3"),  # a relay the run started, with its clock 60 s fast
     ]
     for fault in faults:
         await n.heal(await n.inject(fault))
@@ -236,6 +240,10 @@ async def test_every_fault_starts_and_heals_and_is_recorded():
         ("kill", "redis", signal.SIGKILL),
         ("start", "redis", None),
         ("flushall",),
+        ("stop", "postgres"),
+        ("start", "postgres", None),
+        ("kill", "relay-3", signal.SIGKILL),
+        ("start", "relay-3", {"LEASEWORK_FAKE_CLOCK_OFFSET": "60"}),
     ]
     ops = recorder.ops
     assert all(op.f == "nemesis" and op.process == "nemesis" for op in ops)

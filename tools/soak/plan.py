@@ -87,7 +87,7 @@ def soak_schedule(
     seed: int,
     minutes: int,
     *,
-    faults: Sequence[str] = nemeses.FAULTS,
+    faults: Sequence[str] = nemeses.RANDOM_MIX,
     period: float = PERIOD,
     overlap: float = OVERLAP,
     min_duration: float = MIN_DURATION,
