@@ -47,10 +47,10 @@ class Finding:
     """One finding. ``valid`` is what it does to the verdict: False or ``"unknown"``.
 
     ``kind`` groups findings: the history checkers' ``lost``, ``doubled``, ``dead``,
-    ``stray_effect``, ``mismatch``, ``rejected_landed``, ``not_due``, ``unkeyed``, ``empty``;
-    the judges' ``recovery``, ``alerts``, ``alert_not_delivered``, ``crash``,
-    ``interference``, ``nemesis``, ``evidence``, ``api_contract``, ``drain``; ``crashed``
-    for a checker that raised."""
+    ``stray_effect``, ``mismatch``, ``rejected_landed``, ``not_due``, ``unkeyed``, ``empty``
+    and the tick checker's ``tick_*`` (:mod:`chaos.ticks`); the judges' ``recovery``,
+    ``alerts``, ``alert_not_delivered``, ``crash``, ``interference``, ``nemesis``,
+    ``evidence``, ``api_contract``, ``drain``; ``crashed`` for a checker that raised."""
 
     kind: str
     valid: Validity

@@ -3,10 +3,12 @@ checks of what it saw, each a checker composed by name into one :class:`Judgemen
 
 :data:`EXPECTATIONS` judge the verdict: lost and doubled jobs are held to ``max_lost`` and
 ``max_doubled`` (with ``expect_doubled``, the unsafe run, a run *without* duplicate effects
-fails: the harness showed it cannot fail), every other finding of the history checkers counts
-as it is, and the recovery bound, the alerts that must fire and their notifications (each
-expected alert that fired must also have reached the api's webhook through Alertmanager, a
-finding of kind ``alert_not_delivered`` when it did not) are checked.
+fails: the harness showed it cannot fail), a run's schedules' missing, doubled, lost (and, if
+bounded, late) ticks to ``max_missing_ticks`` and the rest (``expect_doubled_ticks`` for the
+unsafe scheduler's run), every other finding of the history checkers counts as it is, and
+the recovery bound, the alerts that must fire and their notifications (each expected alert
+that fired must also have reached the api's webhook through Alertmanager, a finding of kind
+``alert_not_delivered`` when it did not) are checked.
 
 :data:`HARNESS` judge what the runner saw besides (so that no run passes vacuously or on a
 stack someone else drove): a leasework process that crashed, interference, faults that did
@@ -91,7 +93,7 @@ def _too_slow(kind: str, text: str, bound: float) -> Finding:
 # ---------------------------------------------------------------- the expectations
 
 # findings that expectations bound by count, instead of failing on sight
-_COUNTED = frozenset({"lost", "doubled"})
+_COUNTED = frozenset({"lost", "doubled", "tick_missing", "tick_doubled", "tick_lost"})
 
 
 def history_findings(e: Evidence) -> Iterator[Finding]:
@@ -122,6 +124,46 @@ def doubled_bound(e: Evidence) -> Iterator[Finding]:
             False,
             f"{doubled} job(s) took effect more than once; at most {e.expect.max_doubled} allowed",
         )
+
+
+def ticks_bound(e: Evidence) -> Iterator[Finding]:
+    """The run's schedules (:mod:`chaos.ticks`): missing, doubled and lost ticks held to
+    their bounds (with ``expect_doubled_ticks``, the unsafe scheduler's run, a run without
+    a doubled tick fails), late ticks to theirs when the scenario sets one."""
+    ticks, x = e.verdict.ticks, e.expect
+    if ticks is None:
+        if x.expect_doubled_ticks:
+            yield Finding(
+                "tick_doubled",
+                UNKNOWN,
+                "expected doubled ticks (unsafe scheduler) but no tick was checked",
+            )
+        return
+    bounds = [("missing", x.max_missing_ticks), ("lost", x.max_lost_ticks)]
+    if not x.expect_doubled_ticks:
+        bounds.append(("doubled", x.max_doubled_ticks))
+    elif ticks.total("doubled") == 0:
+        yield Finding(
+            "tick_doubled",
+            False,
+            "expected doubled ticks (unsafe scheduler) but saw none: this run could not "
+            "have failed",
+        )
+    if x.max_late_ticks is not None:
+        bounds.append(("late", x.max_late_ticks))
+    for name, bound in bounds:
+        seen = ticks.total(name)
+        if seen > bound:
+            yield Finding(
+                f"tick_{name}",
+                False,
+                f"{seen} tick(s) {name}; at most {bound} allowed"
+                + (
+                    f" (late: fired more than {ticks.late_seconds:g}s after their instant)"
+                    if name == "late"
+                    else ""
+                ),
+            )
 
 
 def recovery_bound(e: Evidence) -> Iterator[Finding]:
@@ -185,6 +227,7 @@ EXPECTATIONS: Mapping[str, Checker[Evidence]] = {
     "history": history_findings,
     "lost": lost_bound,
     "doubled": doubled_bound,
+    "ticks": ticks_bound,
     "recovery": recovery_bound,
     "alerts": alerts_fired,
     "alerts_delivered": alerts_delivered,

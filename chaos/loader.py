@@ -330,6 +330,12 @@ def _expectations(table: _Table | None) -> Expectations:
         min_redeliveries=table.number("min_redeliveries", 0, integer=True),
         min_unknown_landed=table.number("min_unknown_landed", 0, integer=True),
         min_duplicate_messages=table.number("min_duplicate_messages", 0, integer=True),
+        max_missing_ticks=table.number("max_missing_ticks", 0, integer=True),
+        max_doubled_ticks=table.number("max_doubled_ticks", 0, integer=True),
+        max_lost_ticks=table.number("max_lost_ticks", 0, integer=True),
+        expect_doubled_ticks=table.boolean("expect_doubled_ticks", False),
+        late_tick_seconds=table.number("late_tick_seconds", 5.0, high=86_400),
+        max_late_ticks=table.number("max_late_ticks", None, integer=True),
     )
     table.done()
     return expect

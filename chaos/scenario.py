@@ -110,6 +110,14 @@ class Expectations:
     min_redeliveries: int = 0  # jobs run again after an attempt that did not fail by itself
     min_unknown_landed: int = 0  # submits whose outcome was unknown yet created their job
     min_duplicate_messages: int = 0  # outbox rows produced to Kafka more than once
+    # the run's schedules (chaos.ticks): nominal ticks with no row, ticks with more than one
+    # row or job, fired ticks whose job was not found finished
+    max_missing_ticks: int = 0
+    max_doubled_ticks: int = 0
+    max_lost_ticks: int = 0
+    expect_doubled_ticks: bool = False  # the unsafe scheduler's run must show a doubled tick
+    late_tick_seconds: float = 5.0  # a tick fired later than this after its instant is late
+    max_late_ticks: int | None = None  # None: late ticks are counted, never a failure
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,10 @@ The checkers (:data:`HISTORY_CHECKERS`), each on the same :class:`Observed` run:
 ``executions``  attempts per job and redeliveries (measures only)
 ``recovery``    the first job finished after each fault was healed (measures only)
 ``empty``       ``empty`` (unknown): a run that accepted nothing shows nothing
+``ticks``       the run's schedules, tick by tick (:mod:`chaos.ticks`): ``tick_missing``,
+                ``tick_doubled``, ``tick_lost``, ``tick_skip``, ``tick_stray``, ``tick_dead``,
+                ``tick_effect``, ``tick_not_due`` and ``tick_empty`` (unknown); nothing
+                for a run without schedules
 ==============  ===========================================================================
 
 :func:`chaos.judge.judge` then holds a verdict to a scenario's expectations.
@@ -26,6 +30,7 @@ The checkers (:data:`HISTORY_CHECKERS`), each on the same :class:`Observed` run:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +48,7 @@ from chaos.rows import (
     percentile,
     row_of,
 )
+from chaos.ticks import TickObservation, TickVerdict, check_ticks
 from leasework.states import TERMINAL, WAITING, Status
 
 
@@ -102,6 +108,8 @@ class Verdict:
     finish_times: tuple[float, ...] = field(default=(), repr=False)
     # each history checker's result, by name (HISTORY_CHECKERS); not in to_dict()
     results: tuple[Result, ...] = field(default=(), repr=False)
+    # the run's schedules, tick by tick (None: the run had none, or the checker crashed)
+    ticks: TickVerdict | None = None
 
     @property
     def finished(self) -> int:
@@ -145,6 +153,7 @@ class Verdict:
             "scheduling_delay_p99": self.scheduling_delay_p99,
             "quiet_at": self.quiet_at,
             "unmatched_jobs": self.unmatched_jobs,
+            "ticks": self.ticks.to_dict() if self.ticks is not None else None,
         }
 
 
@@ -196,6 +205,7 @@ class Observed:
     origin: datetime | None  # the wall-clock time of history time zero
     quiet_at: float  # history time
     quiet_wall: datetime | None
+    ticks: TickObservation | None = None  # the run's schedules, if it had any
 
     @classmethod
     def of(
@@ -207,8 +217,12 @@ class Observed:
         *,
         quiet_at: float,
         run_started_at: datetime | str | None,
+        ticks: TickObservation | None = None,
     ) -> Observed:
         origin = as_datetime(run_started_at)
+        quiet_wall = origin + timedelta(seconds=quiet_at) if origin is not None else None
+        if ticks is not None and ticks.quiet_at is None:
+            ticks = dataclasses.replace(ticks, quiet_at=quiet_wall)
         table = [job_of(row) for row in jobs]
         by_key = {j["idempotency_key"]: j for j in table if j["idempotency_key"] is not None}
         effects_of: dict[str, list[dict[str, Any]]] = {}
@@ -244,7 +258,8 @@ class Observed:
             accepted=accepted,
             origin=origin,
             quiet_at=quiet_at,
-            quiet_wall=origin + timedelta(seconds=quiet_at) if origin is not None else None,
+            quiet_wall=quiet_wall,
+            ticks=ticks,
         )
 
     def finish_times(self) -> tuple[float, ...]:
@@ -479,6 +494,12 @@ def check_not_empty(run: Observed) -> Iterable[Finding]:
         yield Finding("empty", UNKNOWN, "empty: no submit was accepted, so the run shows nothing")
 
 
+def check_schedule_ticks(run: Observed) -> Checked:
+    """The run's schedules, tick by tick (:func:`chaos.ticks.check_ticks`); nothing to
+    check for a run without schedules."""
+    return check_ticks(run.ticks) if run.ticks is not None else Checked()
+
+
 HISTORY_CHECKERS: Mapping[str, Checker[Observed]] = {
     "submits": check_submits,
     "outcomes": check_outcomes,
@@ -486,6 +507,7 @@ HISTORY_CHECKERS: Mapping[str, Checker[Observed]] = {
     "executions": check_executions,
     "recovery": check_recovery,
     "empty": check_not_empty,
+    "ticks": check_schedule_ticks,
 }
 
 
@@ -498,6 +520,7 @@ def check(
     quiet_at: float,
     run_started_at: datetime | str | None = None,
     fence_rejections: int | None = None,
+    ticks: TickObservation | None = None,
     checkers: Mapping[str, Checker[Observed]] = HISTORY_CHECKERS,
 ) -> Verdict:
     """Check a run: ``checkers`` (by default :data:`HISTORY_CHECKERS`) composed on it.
@@ -512,10 +535,18 @@ def check(
     ``quiet_at``: when the system was declared quiet, in history time (seconds since the run
     started). ``run_started_at``: the wall-clock time of history time zero; needed to place
     the tables' timestamps on the history's axis (recovery times, jobs not yet due at quiet).
-    ``fence_rejections``: the count from the metrics, reported as is.
+    ``fence_rejections``: the count from the metrics, reported as is. ``ticks``: the run's
+    schedules, their windows and rows (:class:`chaos.ticks.TickObservation`), if it had any;
+    its quiet time defaults to ``quiet_at`` on the wall clock.
     """
     run = Observed.of(
-        history, jobs, effects, attempts, quiet_at=quiet_at, run_started_at=run_started_at
+        history,
+        jobs,
+        effects,
+        attempts,
+        quiet_at=quiet_at,
+        run_started_at=run_started_at,
+        ticks=ticks,
     )
     composed = compose(checkers, run)
     measured: dict[str, Any] = {}
@@ -556,4 +587,5 @@ def check(
         ),
         finish_times=measured.get("finish_times", ()),
         results=composed.results,
+        ticks=measured.get("ticks"),
     )
