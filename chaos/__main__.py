@@ -31,6 +31,11 @@ def _list(args: argparse.Namespace) -> int:
     for s in scenarios:
         faults = ", ".join(s.fault_names) or "none"
         mode = "" if s.fencing else "  [fencing OFF]"
+        if s.schedules:
+            relays = 1 + len(s.extra_relays)
+            mode += f"  [{len(s.schedules)} schedule(s), {relays} relay(s)]"
+        if any(r.unsafe_scheduler for r in s.relays):
+            mode += "  [scheduler UNSAFE]"
         print(
             f"{s.name:<{width}}  ~{runner.seconds_estimate(s):4.0f}s + quiet  "
             f"{len(s.faults):2d} fault(s): {faults}{mode}"

@@ -28,7 +28,7 @@ from devstack.layout import (
 from devstack.layout import PROXIES as PROXY_PORTS
 
 if TYPE_CHECKING:
-    from chaos.scenario import FaultSpec
+    from chaos.scenario import FaultSpec, RelaySpec
 
 # upstream ports of the private links that have no shared proxy (nemeses.base.PRIVATE_LINKS)
 PRIVATE_LINK_PORTS: dict[str, int] = {"mail": SHOP_MAIL_PORT}
@@ -91,14 +91,29 @@ async def link_proxies(toxiproxy: ToxiproxyClient, pairs: Sequence[tuple[str, st
 
 
 def process_envs(
-    links: Sequence[Link], *, fencing: bool, unsafe_env: Mapping[str, str]
+    links: Sequence[Link],
+    *,
+    fencing: bool,
+    unsafe_env: Mapping[str, str],
+    relays: Sequence[RelaySpec] = (),
 ) -> dict[str, dict[str, str]]:
-    """The extra environment of each leasework process for a run: the unsafe lease mode on
-    the workers when fencing is off, and the private proxy addresses."""
+    """The extra environment of each of the stack's leasework processes for a run (each is
+    restarted with it): the unsafe lease mode on the workers when fencing is off, the
+    private proxy addresses, and the stack relay's options (a clock offset, the unsafe
+    scheduler). The relays started for the run are not the stack's: :func:`extra_relay_envs`."""
     envs: dict[str, dict[str, str]] = {}
     if not fencing:
         for worker in WORKER_PORTS:
             envs.setdefault(worker, {}).update(unsafe_env)
     for link in links:
         envs.setdefault(link.process, {}).update(link_env(link.proxy, link.port))
+    for relay in relays:
+        if not relay.extra and relay.env():
+            envs.setdefault(relay.name, {}).update(relay.env())
     return envs
+
+
+def extra_relay_envs(relays: Sequence[RelaySpec]) -> dict[str, dict[str, str]]:
+    """The relays the harness starts for a run (``relay-2``, ``relay-3``), each with its
+    environment beyond the stack's (possibly none)."""
+    return {relay.name: relay.env() for relay in relays if relay.extra}

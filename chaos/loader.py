@@ -43,6 +43,23 @@ A scenario file (``scenarios/*.toml``)::
     [random_faults]                # optional: a seeded mix appended to [[faults]]
     seed = 7
     faults = ["latency", "sigkill", "redis_flushall"]
+    processes = ["relay", "relay-2"]  # optional: whom process faults hit (default: the stack's)
+
+    [[relays]]                     # optional: relays beyond the stack's, or its own with options
+    name = "relay-2"               # relay-2, relay-3: started for the run, stopped after it;
+                                   # "relay": the stack's, restarted with these options
+    clock_offset = 60              # its scheduler's clock runs 60 s fast (-3600 to 3600)
+    unsafe_scheduler = false       # true: the fire pass without its guards (must double ticks)
+
+    [[schedules]]                  # optional: schedules ticking while the run lasts
+    cron = "* * * * * *"           # six fields, seconds first: every second
+    type = "ledger"                # ledger (one fenced effect) or noop
+    seconds = 0.0                  # a ledger job's sleep before its effect
+    overlap = "allow"              # allow, skip, buffer_one
+    catch_up = "all"               # skip, latest, all
+    catch_up_limit = 1000
+    grace_seconds = 60
+    timezone = "UTC"
 
     [expect]
     max_lost = 0
@@ -53,12 +70,20 @@ A scenario file (``scenarios/*.toml``)::
     min_redeliveries = 0           # evidence the fault hit running jobs (checked by the runner)
     min_unknown_landed = 0         # evidence of unknown submits that landed (ditto)
     min_duplicate_messages = 0     # evidence of outbox rows produced twice (ditto)
+    max_missing_ticks = 0          # the schedules' ticks (chaos.ticks): none missing,
+    max_doubled_ticks = 0          # none fired twice,
+    max_lost_ticks = 0             # every fired tick's job finished
+    expect_doubled_ticks = false   # true with an unsafe_scheduler relay: doubled ticks must show
+    late_tick_seconds = 5.0        # fired later than this after its instant counts as late
+    max_late_ticks = 10            # optional: without it late ticks are counted, never failed
 
 Loading is strict: an unknown key, a wrong type or a value out of range raises
 :class:`ScenarioError` naming the file and the field (``faults[1].target``).
 
 The faults, their targets and their params are the registry's (:mod:`chaos.nemeses`); a
-``[random_faults]`` table is expanded here, by :func:`chaos.generator.random_schedule`.
+``[random_faults]`` table is expanded here, by :func:`chaos.generator.random_schedule`. A
+fault may hit ``relay-2`` or ``relay-3`` only in a scenario that runs it (``[[relays]]``), and
+not through a private link (those restart the process, which the run then would not stop).
 """
 
 from __future__ import annotations
@@ -67,22 +92,28 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from chaos import nemeses
 from chaos.generator import random_faults
-from chaos.nemeses.base import WAIT_GAUGES, Fault, WaitFor
+from chaos.nemeses.base import PROCESS_NAME, PROCESSES, WAIT_GAUGES, Fault, WaitFor, split_target
 from chaos.scenario import (
     MIX_KINDS,
+    RELAY_NAMES,
+    SCHEDULE_TYPES,
     Expectations,
     FaultSpec,
     Mix,
     RandomFaults,
+    RelaySpec,
     Scenario,
+    ScheduleSpec,
     WorkloadSpec,
 )
+from devstack.layout import EXTRA_RELAYS
+from leasework.schedule import ScheduleError
 
 
 class ScenarioError(ValueError):
@@ -291,7 +322,17 @@ def _fault(table: _Table) -> FaultSpec:
     )
 
 
-def _random_faults(table: _Table) -> RandomFaults:
+def _relay_problem(process: str | None, relays: Collection[str]) -> str | None:
+    """Why a fault may not hit ``process``: an extra relay the scenario does not run."""
+    if process in EXTRA_RELAYS and process not in relays:
+        return (
+            f"{process} runs only in a scenario that asks for it: add [[relays]] with "
+            f'name = "{process}"'
+        )
+    return None
+
+
+def _random_faults(table: _Table, relays: Collection[str]) -> RandomFaults:
     seed = table.number("seed", required=True, integer=True, low=-(2**63), high=2**63)
     faults = table.strings("faults", nemeses.RANDOM_MIX)
     for fault in faults:
@@ -300,6 +341,13 @@ def _random_faults(table: _Table) -> RandomFaults:
             raise table.fail("faults", f"{fault!r} is not a fault; known: {known}")
     if not faults:
         raise table.fail("faults", "must name at least one fault")
+    processes = table.strings("processes", PROCESSES)
+    for process in processes:
+        why = _relay_problem(process, relays)
+        if not PROCESS_NAME.match(process):
+            why = f"{process!r} is not a leasework process; expected one of {', '.join(PROCESSES)}"
+        if why is not None:
+            raise table.fail("processes", why)
     spec = RandomFaults(
         seed=seed,
         faults=faults,
@@ -309,6 +357,7 @@ def _random_faults(table: _Table) -> RandomFaults:
         max_gap=table.number("max_gap", 10.0),
         start=table.number("start", 5.0),
         tail=table.number("tail", 10.0),
+        processes=processes,
     )
     if spec.max_duration < spec.min_duration:
         raise table.fail("max_duration", "must be >= min_duration")
@@ -316,6 +365,60 @@ def _random_faults(table: _Table) -> RandomFaults:
         raise table.fail("max_gap", "must be >= min_gap")
     table.done()
     return spec
+
+
+def _tables(top: _Table, name: str) -> list[_Table]:
+    """An array of tables (``[[name]]``), each for strict reading; none when absent."""
+    raw = top.get(name)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise top.fail(name, f"must be an array of tables ([[{name}]])")
+    return [_Table(item, f"{name}[{i}]", top.source) for i, item in enumerate(raw)]
+
+
+def _relays(top: _Table) -> tuple[RelaySpec, ...]:
+    relays: list[RelaySpec] = []
+    for table in _tables(top, "relays"):
+        name = table.string("name", required=True)
+        if name not in RELAY_NAMES:
+            raise table.fail("name", f"{name!r} is not a relay; one of {', '.join(RELAY_NAMES)}")
+        if any(r.name == name for r in relays):
+            raise table.fail("name", f"{name!r} is named twice")
+        relays.append(
+            RelaySpec(
+                name=name,
+                clock_offset=table.number("clock_offset", 0.0, low=-3600, high=3600),
+                unsafe_scheduler=table.boolean("unsafe_scheduler", False),
+            )
+        )
+        table.done()
+    return tuple(relays)
+
+
+def _schedules(top: _Table) -> tuple[ScheduleSpec, ...]:
+    schedules = []
+    for table in _tables(top, "schedules"):
+        kind = table.string("type", "ledger")
+        if kind not in SCHEDULE_TYPES:
+            raise table.fail("type", f"must be one of {', '.join(SCHEDULE_TYPES)}, got {kind!r}")
+        spec = ScheduleSpec(
+            cron=table.string("cron", required=True),
+            type=kind,
+            seconds=table.number("seconds", 0.0, high=3600),
+            overlap=table.string("overlap", "allow"),
+            catch_up=table.string("catch_up", "all"),
+            catch_up_limit=table.number("catch_up_limit", 1000, integer=True, low=1, high=1000),
+            grace_seconds=table.number("grace_seconds", 60, integer=True, high=86_400),
+            timezone=table.string("timezone", "UTC"),
+        )
+        table.done()
+        try:
+            spec.definition("check")
+        except ScheduleError as exc:
+            raise ScenarioError(table.source, table.where, str(exc)) from None
+        schedules.append(spec)
+    return tuple(schedules)
 
 
 def _expectations(table: _Table | None) -> Expectations:
@@ -350,17 +453,23 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
     description = top.string("description", "")
     fencing = top.boolean("fencing", True)
     workload = _workload(top.table("workload"), source)
+    relays = _relays(top)
+    running = {r.name for r in relays}
+    schedules = _schedules(top)
 
     faults: list[FaultSpec] = []
-    raw_faults = top.get("faults")
-    if raw_faults is not None:
-        if not isinstance(raw_faults, list):
-            raise top.fail("faults", "must be an array of tables ([[faults]])")
-        for i, raw in enumerate(raw_faults):
-            faults.append(_fault(_Table(raw, f"faults[{i}]", source)))
+    for table in _tables(top, "faults"):
+        fault = _fault(table)
+        process, proxy = split_target(fault.target)
+        why = _relay_problem(process or proxy, running)
+        if why is None and process in EXTRA_RELAYS:
+            why = f"{process} has no private links (a link restarts its process)"
+        if why is not None:
+            raise table.fail("target", why)
+        faults.append(fault)
 
     random_table = top.table("random_faults")
-    random_spec = _random_faults(random_table) if random_table is not None else None
+    random_spec = _random_faults(random_table, running) if random_table is not None else None
     if random_spec is not None:
         faults.extend(random_faults(random_spec, workload.duration))
 
@@ -372,6 +481,14 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
             "true only makes sense with fencing = false: with the fence on, duplicate effects "
             "are exactly what must not happen",
         )
+    if expect.expect_doubled_ticks and not (schedules and any(r.unsafe_scheduler for r in relays)):
+        raise ScenarioError(
+            source,
+            "expect.expect_doubled_ticks",
+            "true only makes sense with [[schedules]] and a relay with unsafe_scheduler = "
+            "true: with the scheduler's guards on, a doubled tick is exactly what must not "
+            "happen",
+        )
     top.done()
     return Scenario(
         name=name,
@@ -382,6 +499,8 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
         fencing=fencing,
         random_faults=random_spec,
         source=source,
+        relays=relays,
+        schedules=schedules,
     )
 
 

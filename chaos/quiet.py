@@ -5,7 +5,7 @@ read then."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,14 +36,15 @@ async def wait_quiet(
     prefix: str,
     sampler: MetricsSampler,
     patience: float,
+    schedules: Sequence[str] = (),
 ) -> Quiet:
-    """Until every job of the run is terminal and no worker runs a job, seen twice in a
-    row; or ``patience`` seconds."""
+    """Until every job of the run (the workload's, and those its ``schedules`` inserted)
+    is terminal and no worker runs a job, seen twice in a row; or ``patience`` seconds."""
 
     async def look() -> tuple[dict[str, int], float]:
         """The run's jobs not terminal yet, by status, and the jobs the workers run."""
         try:
-            pending = await trio.to_thread.run_sync(pending_jobs, prefix)
+            pending = await trio.to_thread.run_sync(pending_jobs, prefix, schedules)
         except psycopg.Error as exc:
             pending = {f"unreadable: {exc}"[:80]: 1}
         in_flight, _silent = await sampler.in_flight()

@@ -22,6 +22,7 @@ from chaos.judge import Judgement
 from chaos.record import RecoveryRow, RunDetails, RunRecord
 from chaos.scenario import Scenario
 from chaos.tables import jsonable
+from chaos.ticks import TickVerdict
 from chaos.timeline import render_svg, throughput
 from chaos.verdict import Verdict
 
@@ -113,6 +114,9 @@ def render_markdown(
         lines.append(f"- … and {len(problems) - len(shown)} more (see {REPORT_JSON})")
     lines.append("")
 
+    if verdict.ticks is not None:
+        lines += ticks_markdown(verdict.ticks)
+
     lines += ["## Fault timeline", ""]
     if verdict.recovery:
         lines += _table(
@@ -162,10 +166,169 @@ def render_markdown(
             ("expect: duplicate effects", "yes" if e.expect_doubled else "no"),
             ("expect: recovery bound (s)", e.recovery_seconds),
             ("expect: alerts", ", ".join(e.alerts) or None),
+            *scenario_schedule_rows(scenario),
         ],
     )
     lines.append("")
     return "\n".join(lines)
+
+
+def scenario_schedule_rows(scenario: Scenario) -> list[tuple[str, Any]]:
+    """The scenario table's rows of its relays and schedules (none without them)."""
+    rows: list[tuple[str, Any]] = []
+    for r in scenario.relays:
+        options = [f"clock {r.clock_offset:+g}s"] if r.clock_offset else []
+        options += ["UNSAFE scheduler"] if r.unsafe_scheduler else []
+        started = "started for the run" if r.extra else "the stack's"
+        rows.append((f"relay {r.name}", ", ".join([started, *options])))
+    for i, spec in enumerate(scenario.schedules, 1):
+        rows.append(
+            (
+                f"schedule {i}",
+                f"{spec.cron} ({spec.timezone}), {spec.type} {spec.seconds:g}s, overlap "
+                f"{spec.overlap}, catch-up {spec.catch_up} up to {spec.catch_up_limit}",
+            )
+        )
+    if scenario.schedules:
+        e = scenario.expect
+        doubled = "expected (unsafe)" if e.expect_doubled_ticks else f"≤ {e.max_doubled_ticks}"
+        late = "counted" if e.max_late_ticks is None else f"≤ {e.max_late_ticks}"
+        rows.append(
+            (
+                "expect: ticks missing / doubled / lost / late",
+                f"≤ {e.max_missing_ticks} / {doubled} / ≤ {e.max_lost_ticks} / {late} "
+                f"(late: > {e.late_tick_seconds:g}s)",
+            )
+        )
+    return rows
+
+
+def _skips_text(skipped: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {reason}" for reason, n in skipped.items()) or "0"
+
+
+def ticks_markdown(ticks: TickVerdict) -> list[str]:
+    """The schedules' section of report.md: each schedule's ticks, and the run's total."""
+    lines = ["## Schedule ticks", ""]
+    lines.append(
+        "Every nominal tick in each schedule's window: its row and its job "
+        f"(`chaos/ticks.py`). Late: fired more than {ticks.late_seconds:g}s after its "
+        "instant (the database's clock); counted, a failure only under the scenario's bound. "
+        "Other: stray rows or jobs, skips against the policy, jobs dead, effects wrong."
+    )
+    lines.append("")
+    headers = (
+        "schedule",
+        "window (UTC)",
+        "expected",
+        "fired",
+        "skipped",
+        "missing",
+        "doubled",
+        "lost",
+        "late",
+        "latest (s)",
+        "other",
+        "not due",
+    )
+    rows = []
+    for s in ticks.schedules:
+        window = f"{s.first:%H:%M:%S} to {s.last:%H:%M:%S}" if s.first and s.last else "(empty)"
+        other = s.stray + s.bad_skips + s.dead + s.effects_wrong
+        rows.append(
+            (
+                f"{s.name}: {s.policy}",
+                window,
+                s.expected,
+                s.fired,
+                _skips_text(s.skipped),
+                s.missing,
+                s.doubled,
+                s.lost,
+                s.late,
+                s.latest_seconds,
+                other,
+                s.not_due,
+            )
+        )
+    if len(ticks.schedules) > 1:
+        t = ticks.total
+        other = t("stray") + t("bad_skips") + t("dead") + t("effects_wrong")
+        rows.append(
+            (
+                "**all**",
+                "",
+                t("expected"),
+                t("fired"),
+                _skips_text(ticks.skipped),
+                t("missing"),
+                t("doubled"),
+                t("lost"),
+                t("late"),
+                None,
+                other,
+                t("not_due"),
+            )
+        )
+    return [*lines, *_table(headers, rows), ""]
+
+
+# ---------------------------------------------------------------- the ticks' summary
+
+
+@dataclass(frozen=True)
+class TickSummaryRow:
+    """One scenario's schedule ticks in the summary of a run of many."""
+
+    scenario: str
+    expected: int
+    fired: int
+    skipped: str
+    missing: int
+    doubled: int
+    lost: int
+    late: int
+    result: str
+
+    @classmethod
+    def of(cls, scenario: str, ticks: Mapping[str, Any], result: str) -> TickSummaryRow:
+        """From a verdict's ``ticks`` as report.json holds it (``TickVerdict.to_dict``)."""
+        t = ticks["totals"]
+        return cls(
+            scenario,
+            t["expected"],
+            t["fired"],
+            _skips_text(t["skipped"]),
+            t["missing"],
+            t["doubled"],
+            t["lost"],
+            t["late"],
+            result,
+        )
+
+
+TICK_HEADERS = tuple(f.name for f in dataclasses.fields(TickSummaryRow))
+
+
+def tick_summary_rows(directory: str | os.PathLike[str]) -> list[TickSummaryRow]:
+    """The tick rows of every report under ``directory`` that ran schedules."""
+    rows = []
+    for path in sorted(Path(directory).glob(f"*/{REPORT_JSON}")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ticks = data["verdict"].get("ticks")
+        if ticks:
+            rows.append(
+                TickSummaryRow.of(data["scenario"]["name"], ticks, data["summary"]["result"])
+            )
+    return rows
+
+
+def tick_summary_table(rows: Sequence[TickSummaryRow]) -> str:
+    """The schedules' ticks of a run of many, as a Markdown table (empty without any)."""
+    if not rows:
+        return ""
+    cells = [[getattr(row, h) for h in TICK_HEADERS] for row in rows]
+    return "\n".join(_table(TICK_HEADERS, cells)) + "\n"
 
 
 # ---------------------------------------------------------------- summary rows

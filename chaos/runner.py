@@ -6,17 +6,22 @@ For each scenario:
    running, un-paused and ready with its normal environment, Kafka's ISR complete.
 2. **Setup.** Private proxies for per-process links; workers restarted in the unsafe lease
    mode when the scenario turns fencing off; processes restarted pointing at their private
-   proxies.
-3. **Run.** The workload (:mod:`chaos.workload`) and the fault schedule
-   (:mod:`chaos.nemesis`) run side by side in one nursery, while the processes' counters are
-   scraped every second. Whatever happens (an error, Ctrl-C), every fault is healed
-   (``finally``, shielded from cancellation).
-4. **Quiet.** Wait until every job of the run is terminal and no worker has a job in flight
-   (twice in a row, one second apart), or the scenario's quiet timeout passes.
+   proxies; the stack's relay restarted with the scenario's options for it, and the extra
+   relays it asks for (``relay-2``, ``relay-3``) started.
+3. **Run.** The scenario's schedules are created (:mod:`chaos.schedules`); the workload
+   (:mod:`chaos.workload`) and the fault schedule (:mod:`chaos.nemesis`) run side by side in
+   one nursery, while the processes' counters are scraped every second. Whatever happens (an
+   error, Ctrl-C), every fault is healed (``finally``, shielded from cancellation). The
+   schedules are paused once the tick due when the load ended has been handled.
+4. **Quiet.** Wait until every job of the run (its schedules' too) is terminal and no
+   worker has a job in flight (twice in a row, one second apart), or the scenario's quiet
+   timeout passes.
 5. **Check.** Read ``jobs``, ``effects`` and ``attempts`` straight from Postgres (port 15433,
    not the proxy), plus the example shop's orders (each receipt recorded on an order is an
    effect of its job, :mod:`chaos.shop`) and mail ledger, and the run's messages straight
-   from Kafka (inter-broker listeners), run the history checkers (:mod:`chaos.verdict`),
+   from Kafka (inter-broker listeners), and the schedules' windows, tick rows, jobs and
+   effects (deleting the schedules after), run the history checkers (:mod:`chaos.verdict`,
+   the tick checker :mod:`chaos.ticks` among them),
    judge against the scenario's expectations plus the harness's own checks
    (:mod:`chaos.judge`): evidence that the fault hit (redeliveries,
    unknown submits that landed, messages produced twice), the backlog drain bound, faults
@@ -29,8 +34,8 @@ For each scenario:
    are read, so a run can be checked again offline); then ``report.json``, ``report.md`` and
    ``timeline.svg``, written once from the run's record (:mod:`chaos.record`,
    :mod:`chaos.report`).
-7. **Restore** (``finally``): processes back to their normal environment, private proxies
-   deleted, toxics reset, every service up and ready.
+7. **Restore** (``finally``): the extra relays stopped, processes back to their normal
+   environment, private proxies deleted, toxics reset, every service up and ready.
 """
 
 from __future__ import annotations
@@ -53,10 +58,10 @@ from chaos.alerts import AlertArrival, RunPrometheus
 from chaos.generator import plan_submits
 from chaos.history import HistoryWriter, Recorder
 from chaos.judge import HARNESS, Evidence, Judgement, judge_run
-from chaos.links import link_proxies, link_targets, process_envs
+from chaos.links import extra_relay_envs, link_proxies, link_targets, process_envs
 from chaos.loader import load_scenarios
 from chaos.messages import message_view, topic_end_offsets, topic_messages
-from chaos.metrics import COUNTERS, CounterTracker, MetricsSampler
+from chaos.metrics import COUNTERS, OPS_PORTS, CounterTracker, MetricsSampler
 from chaos.nemeses.base import NemesisError
 from chaos.nemesis import Nemesis
 from chaos.quiet import Quiet, wait_quiet
@@ -64,20 +69,34 @@ from chaos.record import AlertsSeen, RunDetails, RunRecord, Setup, recovery_rows
 from chaos.report import (
     REPORT_JSON,
     SummaryRow,
+    TickSummaryRow,
     record_summary_row,
     summary_row_from_report,
     summary_table,
+    tick_summary_rows,
+    tick_summary_table,
     write_report,
 )
 from chaos.scenario import Scenario
+from chaos.schedules import RunSchedules
 from chaos.shop import shop_view
-from chaos.stack import UNSAFE_ENV, StackCalls, app_pids, baseline, interference, restart_with
+from chaos.stack import (
+    UNSAFE_ENV,
+    StackCalls,
+    app_pids,
+    baseline,
+    interference,
+    restart_with,
+    start_extra_relay,
+    stop_extra_relays,
+)
 from chaos.tables import TABLES_JSON, read_tables, save_tables
+from chaos.ticks import TickObservation
 from chaos.toxiproxy import ToxiproxyClient
 from chaos.verdict import Verdict, check
 from chaos.workload import WorkloadClient, backlog_drain, client_view
 from devstack import Stack
-from devstack.layout import API_URL, SHOP_URL
+from devstack.layout import API_URL, EXTRA_RELAYS, SHOP_URL
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS_DIR = REPO / "scenarios"
@@ -171,6 +190,7 @@ async def run_scenario(
     calls = StackCalls(stack)
     toxiproxy = ToxiproxyClient()
     envs: dict[str, dict[str, str]] = {}
+    extra = extra_relay_envs(scenario.relays)
     try:
         with trio.CancelScope(shield=True):
             log("baseline: every service up, ready and normal; no toxics")
@@ -178,22 +198,34 @@ async def run_scenario(
             await toxiproxy.delete_runtime_proxies()
             done = await calls(baseline, stack, shop=scenario.uses_shop)
         links = await link_proxies(toxiproxy, pairs)
-        envs = process_envs(links, fencing=scenario.fencing, unsafe_env=UNSAFE_ENV)
+        envs = process_envs(
+            links, fencing=scenario.fencing, unsafe_env=UNSAFE_ENV, relays=scenario.relays
+        )
         for name, env in envs.items():
             log(f"setup: restarting {name} with {env}")
             await calls(restart_with, stack, name, env)
-        setup = Setup(tuple(done), envs, tuple(links))
+        for name, env in extra.items():
+            log(f"setup: starting {name} for the run with {env or 'the stack environment'}")
+            await calls(start_extra_relay, stack, name, env)
+            done.append(f"started {name} for the run")
+        setup = Setup(tuple(done), {**envs, **{n: e for n, e in extra.items() if e}}, tuple(links))
         # started before the run's clock, so the fault schedule is not shifted by its start-up
         prometheus = RunPrometheus(calls, log, run=prefix)
         await prometheus.start()
         try:
-            run = _Run(scenario, calls, toxiproxy, envs, directory, prefix, seed, log)
+            run = _Run(scenario, calls, toxiproxy, {**envs, **extra}, directory, prefix, seed, log)
             return await run.run(setup, prometheus)
         finally:
             await prometheus.aclose()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(RESTORE_TIMEOUT):
             log("restore: processes back to normal, private proxies gone, toxics reset")
+            try:
+                stopped = await calls(stop_extra_relays, stack)
+                if stopped:
+                    log(f"restore: stopped {', '.join(stopped)}")
+            except Exception as exc:  # the baseline below stops them too
+                log(f"restore: stopping the extra relays FAILED: {type(exc).__name__}: {exc}")
             try:
                 await toxiproxy.reset()
                 await toxiproxy.delete_runtime_proxies()
@@ -249,7 +281,10 @@ class _Run:
         self.origin = trio.current_time()
         self.run_started_at = datetime.now(UTC)
         self.tracker = CounterTracker(time.time())
-        self.sampler = MetricsSampler(self.tracker)
+        self.extra = scenario.extra_relays
+        ports = {**OPS_PORTS, **{name: EXTRA_RELAYS[name][1] for name in self.extra}}
+        self.sampler = MetricsSampler(self.tracker, ports)
+        self.schedules = RunSchedules(scenario.schedules, prefix)
         self.nemesis = Nemesis(
             calls, toxiproxy, self.recorder, env_for=envs, sampler=self.sampler, say=log
         )
@@ -282,21 +317,43 @@ class _Run:
         write_report(self.directory, record)
         verdict, judgement = record.verdict, record.judgement
         assert judgement is not None and record.details is not None
+        ticks = verdict.ticks
+        tick_text = (
+            f"ticks expected {ticks.total('expected')}, fired {ticks.total('fired')}, "
+            f"skipped {ticks.skipped or 0}, missing {ticks.total('missing')}, doubled "
+            f"{ticks.total('doubled')}, lost {ticks.total('lost')}, late {ticks.total('late')}; "
+            if ticks is not None
+            else ""
+        )
         self.log(
             f"verdict: accepted {verdict.accepted}, lost {verdict.lost}, "
             f"doubled {verdict.doubled}, executions {verdict.total_executions}, "
-            f"unknown landed {record.details.client_view.unknown_landed}; "
+            f"unknown landed {record.details.client_view.unknown_landed}; {tick_text}"
             f"expectations {judgement.passed} -> {self.directory}"
         )
         return RunResult(self.scenario, self.directory, time.monotonic() - t_start, record)
 
     async def _drive(self, prometheus: RunPrometheus, start_epoch: float) -> _Seen:
-        """The load and the faults, every fault healed, then quiet, tables, messages,
-        alerts and what else happened to the processes."""
+        """The schedules made, the load and the faults, every fault healed, the schedules
+        paused, then quiet, tables, messages, alerts and what else happened to the
+        processes; the schedules deleted whatever happens."""
+        try:
+            return await self._run_and_read(prometheus, start_epoch)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(RESTORE_TIMEOUT):
+                try:
+                    await trio.to_thread.run_sync(self.schedules.delete)
+                except Exception as exc:  # reported; the run's tables were read already
+                    self.log(f"schedules: delete FAILED: {type(exc).__name__}: {exc}")
+
+    async def _run_and_read(self, prometheus: RunPrometheus, start_epoch: float) -> _Seen:
         calls, log, sampler, nemesis = self.calls, self.log, self.sampler, self.nemesis
         await sampler.sample_all()
         firing_at_start = await prometheus.firing_now()
-        pids_before = await calls(app_pids, calls.stack)
+        pids_before = await calls(app_pids, calls.stack, self.extra)
+        if self.schedules.specs:
+            for line in await trio.to_thread.run_sync(self.schedules.create):
+                log(line)
         try:
             offsets: dict[int, int] | None = await trio.to_thread.run_sync(topic_end_offsets)
         except Exception as exc:  # the run does not depend on it; the report says so
@@ -315,14 +372,21 @@ class _Run:
                 if unhealed:
                     log(f"heal: {len(unhealed)} fault(s) would not heal; restore will retry")
         workload_seconds = self.recorder.now()
+        if self.schedules.made:
+            ended = datetime.now(UTC)
+            for line in await trio.to_thread.run_sync(self.schedules.settle_and_pause, ended):
+                log(line)
         stats, patience = self.workload.stats, self.scenario.workload.quiet_timeout
         log(
             f"load done at t={workload_seconds:.1f}s: {stats.acknowledged} acknowledged, "
             f"{dict(stats.by_outcome)}; waiting for quiet (up to {patience:g}s)"
         )
-        quiet = await wait_quiet(self.recorder.now, self.prefix, sampler, patience)
+        quiet = await wait_quiet(
+            self.recorder.now, self.prefix, sampler, patience, self.schedules.names
+        )
         await sampler.sample_all()
         tables = await trio.to_thread.run_sync(read_tables, self.prefix)
+        tables.update(await trio.to_thread.run_sync(self.schedules.read))
         kafka_messages: list[dict[str, Any]] | None = None
         if offsets is not None:
             try:
@@ -345,7 +409,7 @@ class _Run:
             if nemeses.lookup(i.spec.fault).restarts_target and i.spec.target
         }
         crashed, meddling = await calls(
-            interference, calls.stack, pids_before, self.envs, restarted
+            interference, calls.stack, pids_before, self.envs, restarted, self.extra
         )
         for line in crashed:
             log(f"CRASH: {line}")
@@ -387,6 +451,9 @@ class _Run:
             quiet_at=seen.quiet.at,
             run_started_at=run_started_at,
             fence_rejections=int(counters["leasework_fence_rejections_total"]),
+            ticks=TickObservation.from_tables(
+                tables, late_seconds=scenario.expect.late_tick_seconds
+            ),
         )
         view = client_view(history, tables["jobs"])
         drains = backlog_drain(history, tables["jobs"], run_started_at)
@@ -478,13 +545,19 @@ def _short_faults(row: SummaryRow, limit: int = 48) -> SummaryRow:
 
 
 def summary(results: Sequence[RunResult], *, fmt: str = "plain") -> str:
-    rows = []
+    """One row per scenario run; then, for the scenarios with schedules, their ticks."""
+    rows, tick_rows = [], []
     for result in results:
         if result.record is None:
             continue
         row = record_summary_row(result.record)
         rows.append(_short_faults(row) if fmt == "plain" else row)
+        ticks = result.record.verdict.ticks
+        if ticks is not None:
+            tick_rows.append(TickSummaryRow.of(row.scenario, ticks.to_dict(), row.result))
     text = summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
+    if tick_rows:
+        text += "\nSchedule ticks:\n\n" + tick_summary_table(tick_rows)
     for result in results:
         if result.error is not None:
             text += f"{result.scenario.name}: ERROR {result.error}\n"
@@ -499,7 +572,9 @@ def summary_of_directory(directory: Path, *, fmt: str = "plain") -> str:
     ]
     if fmt == "plain":
         rows = [_short_faults(row) for row in rows]
-    return summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
+    text = summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
+    ticks = tick_summary_table(tick_summary_rows(directory))
+    return text + ("\nSchedule ticks:\n\n" + ticks if ticks else "")
 
 
 def exit_code(results: Sequence[RunResult]) -> int:

@@ -1,4 +1,5 @@
-"""A chaos scenario as data: the workload, the fault schedule and the expectations.
+"""A chaos scenario as data: the workload, the fault schedule and the expectations; the
+relays it runs beside (or instead of) the stack's one and the schedules it ticks.
 
 Scenarios come from TOML files (:mod:`chaos.loader`, which documents the format); the random
 fault mix and the workload's submits are generated from a seed (:mod:`chaos.generator`). The
@@ -11,8 +12,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos import nemeses
-from chaos.nemeses.base import WaitFor
-from leasework.config import UNSAFE_LEASE_MODE
+from chaos.nemeses.base import PROCESSES, WaitFor
+from devstack.layout import EXTRA_RELAYS
+from leasework.config import (
+    UNSAFE_LEASE_MODE,
+    UNSAFE_SCHEDULER_CONFIRMATION,
+    UNSAFE_SCHEDULER_VARIABLE,
+)
+from leasework.schedule import Definition
+
+# the stack's own relay; a scenario may name it, or EXTRA_RELAYS, in [[relays]]
+STACK_RELAY = "relay"
+RELAY_NAMES: tuple[str, ...] = (STACK_RELAY, *EXTRA_RELAYS)
+# the job types a scenario's schedule may insert (the demo app's): ledger writes one fenced
+# effect after ``seconds``, noop nothing
+SCHEDULE_TYPES: tuple[str, ...] = ("ledger", "noop")
 
 # new kinds go last: with a zero weight they leave the draws of an existing mix unchanged
 MIX_KINDS: tuple[str, ...] = ("noop", "delayed", "fail", "ledger", "receipt")
@@ -97,6 +111,7 @@ class RandomFaults:
     max_gap: float = 10.0
     start: float = 5.0  # no fault before this
     tail: float = 10.0  # the last seconds of the workload stay fault-free
+    processes: tuple[str, ...] = PROCESSES  # the leasework processes a process fault may hit
 
 
 @dataclass(frozen=True)
@@ -121,6 +136,62 @@ class Expectations:
 
 
 @dataclass(frozen=True)
+class RelaySpec:
+    """A relay of the run: the stack's own (``relay``: restarted with these options for the
+    run, like the workers in the unsafe lease mode) or one the harness starts beside it for
+    the run and stops after it (``relay-2``, ``relay-3``)."""
+
+    name: str
+    clock_offset: float = 0.0  # seconds its scheduler's clock is off (LEASEWORK_FAKE_CLOCK_OFFSET)
+    unsafe_scheduler: bool = False  # its fire pass without the guards (LEASEWORK_UNSAFE_SCHEDULER)
+
+    @property
+    def extra(self) -> bool:
+        """Started for the run (not the stack's own relay)."""
+        return self.name != STACK_RELAY
+
+    def env(self) -> dict[str, str]:
+        """The environment the relay runs with for the run, beyond the stack's."""
+        env: dict[str, str] = {}
+        if self.clock_offset:
+            env["LEASEWORK_FAKE_CLOCK_OFFSET"] = f"{self.clock_offset:g}"
+        if self.unsafe_scheduler:
+            env[UNSAFE_SCHEDULER_VARIABLE] = "1"
+            env[UNSAFE_SCHEDULER_CONFIRMATION] = "yes"
+        return env
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule the run ticks: created at its start under a name of the run's own,
+    paused and deleted at its end (:mod:`chaos.schedules`), its ticks checked by
+    :mod:`chaos.ticks`. ``seconds``: a ledger job's sleep before its effect."""
+
+    cron: str
+    type: str = "ledger"
+    seconds: float = 0.0
+    overlap: str = "allow"
+    catch_up: str = "all"
+    catch_up_limit: int = 1000
+    grace_seconds: int = 60
+    timezone: str = "UTC"
+
+    def definition(self, name: str) -> Definition:
+        """The schedule as the store takes it (raises ScheduleError if it cannot be one)."""
+        return Definition(
+            name=name,
+            type=self.type,
+            cron=self.cron,
+            payload={"seconds": self.seconds} if self.type == "ledger" else {},
+            timezone=self.timezone,
+            overlap=self.overlap,  # type: ignore[arg-type]
+            catch_up=self.catch_up,  # type: ignore[arg-type]
+            catch_up_limit=self.catch_up_limit,
+            grace_seconds=self.grace_seconds,
+        )
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -130,6 +201,13 @@ class Scenario:
     fencing: bool = True
     random_faults: RandomFaults | None = None
     source: str = "<memory>"
+    relays: tuple[RelaySpec, ...] = ()  # relays with options, or started for the run
+    schedules: tuple[ScheduleSpec, ...] = ()
+
+    @property
+    def extra_relays(self) -> tuple[str, ...]:
+        """The relays the harness starts for the run (and stops after it)."""
+        return tuple(r.name for r in self.relays if r.extra)
 
     @property
     def lease_mode(self) -> str:

@@ -5,6 +5,8 @@ kill, pause, resume, wait until ready).
 a time. :func:`baseline` brings every service to its normal state before a run (and back
 after it); :func:`interference` tells, after a run, a leasework process that died on its own
 (a crash) from signs that something else drove the shared stack meanwhile.
+:func:`start_extra_relay` and :func:`stop_extra_relays` run the relays a scenario asks for
+beside the stack's (``relay-2``, ``relay-3``); the baseline stops any left running.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import trio
 
 from devstack import Stack, procs
 from devstack.procs import read_environ
-from leasework.config import UNSAFE_LEASE_MODE
+from leasework.config import (
+    UNSAFE_LEASE_MODE,
+    UNSAFE_SCHEDULER_CONFIRMATION,
+    UNSAFE_SCHEDULER_VARIABLE,
+)
 
 T = TypeVar("T")
 
@@ -37,6 +43,9 @@ RUN_ENV_KEYS = (
     "LEASEWORK_POSTGRES_DSN",
     "LEASEWORK_KAFKA_BROKERS",
     "SHOP_MAIL_URL",
+    "LEASEWORK_FAKE_CLOCK_OFFSET",
+    UNSAFE_SCHEDULER_VARIABLE,
+    UNSAFE_SCHEDULER_CONFIRMATION,
 )
 # what a worker needs to run the example shop's send_receipt; checked when a scenario uses it
 SHOP_ENV_KEYS = ("LEASEWORK_APP",)
@@ -71,7 +80,7 @@ def baseline(stack: Stack, *, shop: bool = False) -> list[str]:
     """Bring every service to its normal state (blocking; run in a thread). Returns what it
     had to do. ``shop``: the scenario places orders through the example shop, which must
     then run too, and the workers must load its job types."""
-    done: list[str] = []
+    done = [f"stopped {name}, left running" for name in stop_extra_relays(stack)]
     keys = (*RUN_ENV_KEYS, *SHOP_ENV_KEYS) if shop else RUN_ENV_KEYS
     for name in stack.names("infra"):
         if not stack.is_running(name):
@@ -101,8 +110,23 @@ def baseline(stack: Stack, *, shop: bool = False) -> list[str]:
     return done
 
 
-def app_pids(stack: Stack) -> dict[str, int | None]:
-    return {name: stack.pid(name) for name in stack.names("app")}
+def start_extra_relay(stack: Stack, name: str, env: Mapping[str, str]) -> None:
+    """Start a relay beside the stack's (``relay-2``) with ``env``, and wait until ready."""
+    stack.start(name, extra_env=dict(env) or None, timeout=SETTLE_TIMEOUT)
+
+
+def stop_extra_relays(stack: Stack) -> list[str]:
+    """Stop every relay started beside the stack's (a paused one is resumed first);
+    returns those that were running."""
+    running = [name for name in stack.names("extra") if stack.pid(name) is not None]
+    if running:
+        stack.stop_many(running)
+    return running
+
+
+def app_pids(stack: Stack, extra: Sequence[str] = ()) -> dict[str, int | None]:
+    """The pid of every leasework process of the stack, and of the ``extra`` relays."""
+    return {name: stack.pid(name) for name in (*stack.names("app"), *extra)}
 
 
 def exit_status(stack: Stack, name: str) -> str | None:
@@ -129,14 +153,17 @@ def interference(
     before: Mapping[str, int | None],
     envs: Mapping[str, Mapping[str, str]],
     restarted_by_nemesis: set[str],
+    extra: Sequence[str] = (),
 ) -> tuple[list[str], list[str]]:
-    """After a run (blocking): leasework processes that died on their own (not running, and
-    no heal restarted them), and signs that something other than this run changed the
-    processes meanwhile (another user of the shared stack): a restart no fault made, or a
-    process running without the environment this run gave it."""
-    exits = {name: exit_status(stack, name) for name in stack.names("app")}
+    """After a run (blocking): leasework processes (the stack's, and the ``extra`` relays
+    started for the run) that died on their own (not running, and no heal restarted them),
+    and signs that something other than this run changed the processes meanwhile (another
+    user of the shared stack): a restart no fault made, or a process running without the
+    environment this run gave it."""
+    pids = app_pids(stack, extra)
+    exits = {name: exit_status(stack, name) for name in pids}
     crashed, meddled = [], []
-    for name, pid in app_pids(stack).items():
+    for name, pid in pids.items():
         if pid is None:
             how = f" ({exits[name]})" if exits.get(name) else ""
             last = [line for line in stack.logs(name, 40).splitlines() if line.strip()]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 
 from chaos.shop import read_shop, receipt_effects
 from devstack.layout import POSTGRES_DIRECT_DSN
-from leasework.states import TERMINAL
+from leasework.states import TERMINAL, Status
 
 TABLES_JSON = "tables.json"
 
@@ -29,14 +29,25 @@ def _like(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%"
 
 
-def pending_jobs(prefix: str) -> dict[str, int]:
-    """Jobs of the run that are not terminal yet, by status (blocking)."""
+def pending_jobs(prefix: str, schedules: Sequence[str] = ()) -> dict[str, int]:
+    """Jobs of the run that are not terminal yet, by status (blocking): the workload's, and
+    those the run's ``schedules`` inserted."""
     with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         rows = conn.execute(
             "SELECT status, count(*) AS n FROM jobs WHERE idempotency_key LIKE %s GROUP BY status",
             (_like(prefix),),
         ).fetchall()
-    return {r["status"]: r["n"] for r in rows if r["status"] not in TERMINAL}
+        if schedules:  # the partial index of a schedule's unfinished jobs
+            rows += conn.execute(
+                "SELECT status, count(*) AS n FROM jobs WHERE schedule = ANY(%s) "
+                "AND status = ANY(%s) GROUP BY status",
+                (list(schedules), [s for s in Status if s not in TERMINAL]),
+            ).fetchall()
+    pending: dict[str, int] = {}
+    for r in rows:
+        if r["status"] not in TERMINAL:
+            pending[r["status"]] = pending.get(r["status"], 0) + r["n"]
+    return pending
 
 
 def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:

@@ -218,6 +218,23 @@ class TickObservation:
             late_seconds,
         )
 
+    @classmethod
+    def from_tables(
+        cls, tables: Mapping[str, Any], *, late_seconds: float = DEFAULT_LATE_SECONDS
+    ) -> TickObservation | None:
+        """From the rows the harness read (:mod:`chaos.schedules`, ``tables.json``): the
+        windows under ``schedules``, then ``schedule_ticks``, ``schedule_jobs`` and
+        ``schedule_effects``; None for a run without schedules."""
+        if not tables.get("schedules"):
+            return None
+        return cls.of(
+            tables["schedules"],
+            tables.get("schedule_ticks", ()),
+            tables.get("schedule_jobs", ()),
+            tables.get("schedule_effects", ()),
+            late_seconds=late_seconds,
+        )
+
 
 # ---------------------------------------------------------------- the counts
 

@@ -54,6 +54,8 @@ def test_the_scenarios_load_and_cover_the_issue():
         assert s.expect.max_lost == 0
         if name.startswith("j-"):
             assert s.workload.duration >= 180 and len(s.faults) >= 10
+        elif name.startswith("o-"):  # the schedules' long run: a relay down over a minute
+            assert s.workload.duration >= 120 and len(s.faults) >= 10
         elif name.endswith("-alerts"):  # they outlast the alerts' `for:` windows
             assert 60 <= s.workload.duration <= 240, name
         else:
@@ -90,6 +92,45 @@ def test_the_scenarios_load_and_cover_the_issue():
         "LeaseworkConsumerLag",
         "LeaseworkDeadLetters",
     } <= expected_alerts
+
+
+def test_the_schedule_scenarios_cover_issue_20():
+    """Relays killed at random while per-second schedules tick, two or three relays at once,
+    one 60 s fast, a relay frozen longer than a tick, Postgres restarted; a fast one for CI;
+    an unsafe one that must show doubled ticks."""
+    scenarios = {s.name: s for s in load_scenarios(SCENARIOS)}
+    main, fast, unsafe = (
+        scenarios["o-schedule-relays-chaos"],
+        scenarios["p-schedule-relays-fast"],
+        scenarios["q-schedule-unsafe"],
+    )
+    for s in (main, fast, unsafe):
+        every_second = s.schedules[0]
+        assert every_second.cron == "* * * * * *" and every_second.type == "ledger"
+        assert (every_second.overlap, every_second.catch_up) == ("allow", "all")
+        assert s.expect.max_missing_ticks == s.expect.max_lost_ticks == 0
+    assert {r.name: r.clock_offset for r in main.relays} == {"relay-2": 0, "relay-3": 60}
+    assert [s.overlap for s in main.schedules] == ["allow", "skip"]
+    kinds = {(f.fault, f.target) for f in main.faults}
+    assert {("sigkill", "relay"), ("sigkill", "relay-2"), ("sigkill", "relay-3")} <= kinds
+    assert ("sigstop", "relay") in kinds and ("postgres_restart", "postgres") in kinds
+    assert any(f.fault == "sigstop" and f.duration > 1 for f in main.faults)
+    # the relay-3 outage outlasts its minute's lead: the on-time relays take over
+    (outage,) = [f for f in main.faults if (f.fault, f.target) == ("sigkill", "relay-3")]
+    assert outage.duration > 60
+    assert main.workload.quiet_timeout > 60 + 60  # its ticks a minute ahead must still run
+    assert main.expect.max_doubled_ticks == 0 and not main.expect.expect_doubled_ticks
+    # fast: two relays, a kill and a freeze longer than a tick, within a minute of load
+    assert fast.extra_relays == ("relay-2",) and fast.workload.duration <= 60
+    assert {f.fault for f in fast.faults} == {"sigkill", "sigstop"}
+    assert any(f.fault == "sigstop" and f.duration > 1 for f in fast.faults)
+    assert fast.expect.max_doubled_ticks == 0
+    assert "p-schedule-relays-fast" in (SCENARIOS.parent / ".ci" / "run").read_text()
+    # unsafe: every relay's scheduler without its guards, and the doubled ticks expected
+    assert {r.name for r in unsafe.relays} == {"relay", "relay-2", "relay-3"}
+    assert all(r.unsafe_scheduler for r in unsafe.relays)
+    assert unsafe.expect.expect_doubled_ticks
+    assert not any(r.unsafe_scheduler for s in (main, fast) for r in s.relays)
 
 
 def test_select_by_name_or_unique_prefix():

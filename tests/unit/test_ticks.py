@@ -323,12 +323,16 @@ def test_skip_reasons_by_policy():
 # ---------------------------------------------------------------- composed and judged
 
 
-def judged(run: Run, expect: str = ""):
+UNSAFE_RELAY = '[[relays]]\nname = "relay"\nunsafe_scheduler = true\n'
+SCHEDULE = '[[schedules]]\ncron = "* * * * * *"\n'
+
+
+def judged(run: Run, expect: str = "", setup: str = ""):
     from chaos.judge import judge
     from chaos.loader import loads_scenario
     from chaos.verdict import check
 
-    scenario = f'name = "s"\n[workload]\nrate = 1\nduration = 10\n[expect]\n{expect}\n'
+    scenario = f'name = "s"\n[workload]\nrate = 1\nduration = 10\n{setup}[expect]\n{expect}\n'
     expected = loads_scenario(scenario).expect
     # as the runner does: the scenario says what counts as late
     observed = TickObservation.of(
@@ -378,9 +382,10 @@ def test_expectations_bound_missing_doubled_and_lost_ticks():
 def test_the_unsafe_scheduler_s_run_must_show_a_doubled_tick():
     run = Run()
     run.add_job("j3-again", 3)
-    _, judgement = judged(run, "expect_doubled_ticks = true")
+    unsafe = UNSAFE_RELAY + SCHEDULE
+    _, judgement = judged(run, "expect_doubled_ticks = true", unsafe)
     assert not [p for p in judgement.problems if "tick" in p]
-    _, judgement = judged(Run(), "expect_doubled_ticks = true")
+    _, judgement = judged(Run(), "expect_doubled_ticks = true", unsafe)
     assert judgement.passed is False
     assert any("could not have failed" in p for p in judgement.problems)
 
