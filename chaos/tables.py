@@ -41,7 +41,7 @@ def pending_jobs(prefix: str, schedules: Sequence[str] = ()) -> dict[str, int]:
             rows += conn.execute(
                 "SELECT status, count(*) AS n FROM jobs WHERE schedule = ANY(%s) "
                 "AND status = ANY(%s) GROUP BY status",
-                (list(schedules), [s for s in Status if s not in TERMINAL]),
+                (list(schedules), [str(s) for s in Status if s not in TERMINAL]),
             ).fetchall()
     pending: dict[str, int] = {}
     for r in rows:
