@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import trio
 
+from chaos.promql import scrape
 from leasework.db import Database
 from leasework.relay.scheduler import Scheduler, SchedulerConfig
 from leasework.schedule import CatchUp, Definition
@@ -164,3 +165,30 @@ def test_reconcile_updates_declarations_and_keeps_the_operators_pause(db):
     assert name in sched.schedules_reconcile(db, [], "app-4", now())
     assert sched.schedule_get(db, name) is not None
     assert sched.schedule_delete(db, name) and sched.schedule_get(db, name) is None
+
+
+def test_ticks_no_relay_handled_in_their_grace_are_counted_late_for_the_alert(stack, db):
+    """With the relay frozen past a tick's grace, the ticks it finds when it resumes fire by
+    catch-up and are counted in leasework_schedule_ticks_late_total{schedule}, a series that
+    also exports its creation time: the two inputs of LeaseworkScheduleTicksMissed (whose
+    logic promtool tests)."""
+    definition = create(db, cron="* * * * * *", grace_seconds=1, catch_up=CatchUp.ALL)
+    try:
+        wait_for(lambda: len(ticks(db, definition.name)) >= 1, 20, "a first tick")
+        stack.pause("relay")
+        try:
+            time.sleep(4)  # ticks come due and pass their 1 s grace with no scheduler
+        finally:
+            stack.resume("relay")
+        late = f'leasework_schedule_ticks_late_total{{schedule="{definition.name}"}}'
+        created = f'leasework_schedule_ticks_late_created{{schedule="{definition.name}"}}'
+
+        def counted() -> dict[str, float]:
+            return {k: v for k, v in scrape(9102).items() if k in (late, created)}
+
+        wait_for(lambda: counted().get(late, 0) >= 2, 20, "late ticks counted")
+        assert counted()[created] > time.time() - 60  # created just now: news to the alert
+        sources = {r["source"] for r in ticks(db, definition.name)}
+        assert "catch_up" in sources, sources
+    finally:
+        sched.schedule_delete(db, definition.name)
