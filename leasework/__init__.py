@@ -7,7 +7,14 @@ The public surface is what this module exports; everything else is internal and 
 from leasework.app import App, JobType
 from leasework.client import ApiError, AsyncClient, Client
 from leasework.context import JobContext
-from leasework.enqueue import enqueue, enqueue_async, enqueue_many, enqueue_many_async, job
+from leasework.enqueue import (
+    Enqueued,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+    job,
+)
 from leasework.errors import (
     AppError,
     AppLoadError,
@@ -21,6 +28,7 @@ from leasework.errors import (
     WaitTimeout,
 )
 from leasework.states import Status
+from leasework.unique import Unique, UniqueError
 
 __all__ = [
     "ApiError",
@@ -29,6 +37,7 @@ __all__ = [
     "AppLoadError",
     "AsyncClient",
     "Client",
+    "Enqueued",
     "FieldError",
     "IdempotencyConflict",
     "InvalidJob",
@@ -38,6 +47,8 @@ __all__ = [
     "LeaseworkError",
     "Permanent",
     "Status",
+    "Unique",
+    "UniqueError",
     "UnknownJobType",
     "WaitTimeout",
     "enqueue",

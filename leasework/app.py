@@ -38,6 +38,7 @@ from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
 from leasework.schedule import DEFAULT_GRACE, CatchUp, Definition, Overlap, ScheduleError
+from leasework.unique import Unique, fields_errors, schema_properties
 
 _UNSET: Any = object()
 
@@ -77,6 +78,7 @@ class JobType:
         timeout: float | timedelta | None = None,
         backoff: tuple[float | timedelta, float | timedelta] | None = None,
         permanent: tuple[type[BaseException], ...] = (),
+        unique: Unique | None = None,
     ) -> None:
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
             raise AppError(
@@ -125,6 +127,11 @@ class JobType:
             if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
                 raise AppError(f"{name}: permanent= takes exception classes, got {exc_type!r}")
         self.permanent = tuple(permanent)
+        if unique is not None and not isinstance(unique, Unique):
+            raise AppError(f"{name}: unique= takes a leasework.Unique, got {unique!r}")
+        if unique is not None and (errors := fields_errors(unique, self.payload_fields())):
+            raise AppError(f"{name}: unique: {errors[0].message}")
+        self.unique = unique
 
     def __repr__(self) -> str:
         return f"<JobType {self.name}>"
@@ -166,6 +173,11 @@ class JobType:
         if self.adapter is None:
             return {}
         return self.adapter.json_schema()
+
+    def payload_fields(self) -> list[str] | None:
+        """The top-level fields the payload model names (None: no model, or one that names
+        none: any field)."""
+        return schema_properties(self.payload_schema())
 
     def to_json(self, payload: Any) -> Any:
         """A Python payload (model instance, dataclass, dict with dates...) as plain JSON
@@ -244,13 +256,16 @@ class App:
         permanent: tuple[type[BaseException], ...] = (),
         payload: Any = _UNSET,
         schedule: str | None = None,
+        unique: Unique | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
         settings when left out; ``permanent`` lists exceptions that go straight to ``dead``
         (``leasework.Permanent`` always does); ``payload`` overrides the annotation.
         ``schedule``, a cron expression, also declares a schedule of the type's own name
-        that runs it with an empty payload (:meth:`schedule` for the other options)."""
+        that runs it with an empty payload (:meth:`schedule` for the other options).
+        ``unique`` (a :class:`leasework.Unique`) makes every door answer ``duplicate``, with
+        the existing job's id, to a submit of the type whose key a job already holds."""
 
         def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
             job_type = JobType(
@@ -261,6 +276,7 @@ class App:
                 timeout=timeout,
                 backoff=backoff,
                 permanent=permanent,
+                unique=unique,
             )
             self.add(job_type)
             if schedule is not None:
@@ -360,6 +376,7 @@ class App:
                 "retry_base": t.backoff[0] if t.backoff else None,
                 "retry_cap": t.backoff[1] if t.backoff else None,
                 "description": t.description,
+                "unique_policy": t.unique.spec() if t.unique is not None else None,
             }
             for t in self
         ]

@@ -9,7 +9,9 @@
 
 The job row and its outbox row are written by one statement on the caller's connection, in
 whatever transaction it is in (on an autocommit connection, in a transaction of their own), so
-the business row and the job commit or vanish together. Nothing is committed here. With
+the business row and the job commit or vanish together. Nothing is committed here. The id
+returned is an :class:`Enqueued`, a ``uuid.UUID`` that also says whether it is a duplicate
+(a job holding the same unique key: nothing was written) or a replay. With
 ``app`` the type and payload are checked against it first (and the type's policy applies);
 without, the type must be registered in ``job_types`` (an api or worker of the app registers
 it), exactly as for the SQL function ``leasework_enqueue``.
@@ -30,6 +32,7 @@ from leasework.app import App
 from leasework.db import savepoint, savepoint_async
 from leasework.errors import FieldError, IdempotencyConflict, InvalidJob, UnknownJobType
 from leasework.jsonlimits import storable_errors
+from leasework.store import Inserted
 from leasework.submission import (
     MAX_BATCH,
     Defaults,
@@ -38,10 +41,46 @@ from leasework.submission import (
     insert_row,
     request_errors,
 )
+from leasework.unique import Unique
 
 TOPIC = "jobs.ready"
 SAVEPOINT = "leasework_enqueue"
 NO_DEFAULTS = Defaults()
+
+
+class Enqueued(uuid.UUID):
+    """The id of an enqueued job, a ``uuid.UUID`` (equal to, and used as, the plain id) that
+    also says what became of the request: ``duplicate``, the job that holds the same unique
+    key (nothing was written), or ``replay``, the earlier job of the same idempotency key."""
+
+    __slots__ = ("duplicate", "replay")
+    duplicate: bool
+    replay: bool
+
+    def __init__(self, job_id: uuid.UUID, *, duplicate: bool = False, replay: bool = False):
+        super().__init__(int=job_id.int)
+        object.__setattr__(self, "duplicate", duplicate)
+        object.__setattr__(self, "replay", replay)
+
+    @classmethod
+    def of(cls, inserted: Inserted) -> Enqueued:
+        return cls(inserted.id, duplicate=inserted.duplicate, replay=inserted.replay)
+
+    @property
+    def id(self) -> uuid.UUID:
+        """The plain ``uuid.UUID``."""
+        return uuid.UUID(int=self.int)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_enqueued, (self.int, self.duplicate, self.replay))
+
+    def __repr__(self) -> str:
+        flags = "".join(f", {f}=True" for f in ("duplicate", "replay") if getattr(self, f))
+        return f"Enqueued('{self}'{flags})"
+
+
+def _enqueued(value: int, duplicate: bool, replay: bool) -> Enqueued:
+    return Enqueued(uuid.UUID(int=value), duplicate=duplicate, replay=replay)
 
 
 def job(
@@ -54,6 +93,7 @@ def job(
     max_attempts: int | None = None,
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
+    unique: Unique | None = None,
 ) -> JobRequest:
     """One job for :func:`enqueue_many`; the arguments are those of :func:`enqueue`."""
     return JobRequest(
@@ -65,6 +105,7 @@ def job(
         timeout_seconds=timeout_seconds,
         ordering_key=ordering_key,
         idempotency_key=idempotency_key,
+        unique=unique,
     )
 
 
@@ -145,7 +186,7 @@ def enqueue_many(
     *,
     app: App | None = None,
     topic: str = TOPIC,
-) -> list[uuid.UUID]:
+) -> list[Enqueued]:
     """Enqueue several jobs (from :func:`job`, or dicts of its arguments) in the caller's
     transaction, in one statement; all or none. Returns their ids in order (an earlier job's
     id for a replayed idempotency key). Raises :class:`InvalidJob` (every bad item, by index)
@@ -158,12 +199,12 @@ def enqueue_many(
         # one statement is atomic by itself; without keys no conflict can undo part of it
         inserted = store.jobs_insert(conn, rows, topic)
         _raise_conflicts(requests, inserted)
-        return [i.id for i in inserted]
+        return [Enqueued.of(i) for i in inserted]
     # a conflict found after the statement must undo the batch's other rows, and only them
     with savepoint(conn, SAVEPOINT):
         inserted = store.jobs_insert(conn, rows, topic)
         _raise_conflicts(requests, inserted)
-    return [i.id for i in inserted]
+    return [Enqueued.of(i) for i in inserted]
 
 
 def enqueue(
@@ -178,8 +219,9 @@ def enqueue(
     max_attempts: int | None = None,
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
+    unique: Unique | None = None,
     topic: str = TOPIC,
-) -> uuid.UUID:
+) -> Enqueued:
     """Enqueue one job in the caller's open transaction and return its id.
 
     ``payload`` may be JSON values or an instance of the type's payload model; ``delay``
@@ -196,6 +238,7 @@ def enqueue(
         max_attempts=max_attempts,
         timeout_seconds=timeout_seconds,
         ordering_key=ordering_key,
+        unique=unique,
     )
     return enqueue_many(conn, [request], app=app, topic=topic)[0]
 
@@ -206,7 +249,7 @@ async def enqueue_many_async(
     *,
     app: App | None = None,
     topic: str = TOPIC,
-) -> list[uuid.UUID]:
+) -> list[Enqueued]:
     """:func:`enqueue_many` on psycopg's ``AsyncConnection``, for asyncio applications."""
     requests = [j if isinstance(j, JobRequest) else job(**j) for j in jobs]
     rows = prepare(requests, app)
@@ -215,11 +258,11 @@ async def enqueue_many_async(
     if len(requests) == 1 or not any(r.idempotency_key for r in requests):
         inserted = await store.jobs_insert_async(conn, rows, topic)
         _raise_conflicts(requests, inserted)
-        return [i.id for i in inserted]
+        return [Enqueued.of(i) for i in inserted]
     async with savepoint_async(conn, SAVEPOINT):
         inserted = await store.jobs_insert_async(conn, rows, topic)
         _raise_conflicts(requests, inserted)
-    return [i.id for i in inserted]
+    return [Enqueued.of(i) for i in inserted]
 
 
 async def enqueue_async(
@@ -234,8 +277,9 @@ async def enqueue_async(
     max_attempts: int | None = None,
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
+    unique: Unique | None = None,
     topic: str = TOPIC,
-) -> uuid.UUID:
+) -> Enqueued:
     """:func:`enqueue` on psycopg's ``AsyncConnection``, for asyncio applications."""
     request = job(
         job_type,
@@ -246,5 +290,6 @@ async def enqueue_async(
         max_attempts=max_attempts,
         timeout_seconds=timeout_seconds,
         ordering_key=ordering_key,
+        unique=unique,
     )
     return (await enqueue_many_async(conn, [request], app=app, topic=topic))[0]

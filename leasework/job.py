@@ -50,6 +50,10 @@ class Job:
     # the schedule and nominal tick instant a job came from (None for every other door)
     schedule: str | None = None
     tick_at: datetime | None = None
+    # the job's unique key (a sha256) and the states it holds it in, a bitmask of
+    # leasework.unique.STATE_BITS (None: it asked for no uniqueness)
+    unique_key: bytes | None = None
+    unique_states: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

@@ -81,7 +81,7 @@ schedule_ticks_fired = Counter(
 )
 schedule_ticks_skipped = Counter(
     "leasework_schedule_ticks_skipped",
-    "Schedule ticks recorded as skipped by policy (reason: catch_up, overlap)",
+    "Schedule ticks recorded as skipped by policy (reason: catch_up, overlap, unique)",
     ["schedule", "reason"],
 )
 schedule_ticks_late = Counter(

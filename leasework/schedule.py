@@ -65,6 +65,9 @@ class CatchUp(StrEnum):
 class SkipReason(StrEnum):
     CATCH_UP = "catch_up"
     OVERLAP = "overlap"
+    # the tick's job would have been a duplicate: its type's unique key was held
+    # (leasework.unique); recorded by the store, never planned here
+    UNIQUE = "unique"
 
 
 def _zone(name: str) -> ZoneInfo:

@@ -24,6 +24,7 @@ from leasework.job import (
     MAX_TIMEOUT_SECONDS,
     TYPE_NAME_PATTERN,
 )
+from leasework.unique import Unique, payload_errors
 
 MAX_BATCH = 1000
 # what Python's datetime can hold after conversion to UTC; Postgres holds more
@@ -65,6 +66,17 @@ class JobRequest:
     timeout_seconds: int | None = None
     ordering_key: str | None = None
     idempotency_key: str | None = None
+    # uniqueness this submit asks (None: the type's declared uniqueness, if any)
+    unique: Unique | None = None
+
+
+def unique_of(request: JobRequest, app: App | None) -> Unique | None:
+    """The uniqueness ``request`` gets: its own, else its type's declared one (when the door
+    knows the app; otherwise the insert applies the type's registered one)."""
+    if request.unique is not None:
+        return request.unique
+    job_type = app.get(request.type) if app is not None else None
+    return job_type.unique if job_type is not None else None
 
 
 @dataclass(frozen=True)
@@ -122,8 +134,14 @@ def request_errors(request: JobRequest, app: App | None, prefix: str = "") -> li
         )
     payload_problems = jsonlimits.payload_errors(request.payload)
     errors.extend(payload_problems)
-    if not payload_problems and app is not None and (job_type := app.get(request.type)):
+    job_type = app.get(request.type) if app is not None else None
+    if not payload_problems and job_type is not None:
         errors.extend(job_type.payload_errors(request.payload))
+    if request.unique is not None and not isinstance(request.unique, Unique):
+        errors.append(FieldError("unique", "must be a leasework.Unique"))
+    elif not payload_problems and (unique := unique_of(request, app)) is not None:
+        fields = job_type.payload_fields() if job_type is not None else None
+        errors.extend(payload_errors(unique, request.payload, fields))
     if request.run_at is not None and request.delay_seconds is not None:
         errors.append(FieldError("run_at", "give run_at or delay_seconds, not both"))
     errors.extend(run_at_errors("run_at", request.run_at))
@@ -167,6 +185,10 @@ def insert_row(
         row["default_timeout_seconds"] = value
     if job_type is not None and job_type.backoff is not None:
         row["retry_base"], row["retry_cap"] = job_type.backoff
+    if request.unique is not None:
+        row["unique"] = request.unique.spec()
+    elif job_type is not None and job_type.unique is not None:
+        row["default_unique"] = job_type.unique.spec()
     return row
 
 

@@ -22,6 +22,7 @@ from leasework.api.problems import Problem
 from leasework.errors import FieldError
 from leasework.job import TYPE_NAME_HINT, TYPE_NAME_PATTERN, Job
 from leasework.states import RETRYABLE, Status
+from leasework.unique import states_of
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
@@ -51,7 +52,19 @@ def job_view(job: Job) -> dict[str, Any]:
     view["id"] = str(job.id)
     for key in ("run_at", "created_at", "updated_at", "started_at", "finished_at", "tick_at"):
         view[key] = _iso(getattr(job, key))
+    view["unique"] = unique_view(job)
     return view
+
+
+def unique_view(job: Job) -> dict[str, Any] | None:
+    """A job's unique key (hex) and the states it holds it in; None: it asked for none."""
+    if job.unique_key is None or job.unique_states is None:
+        return None
+    return {
+        "key": job.unique_key.hex(),
+        "states": [str(s) for s in states_of(job.unique_states)],
+        "holds": job.status in states_of(job.unique_states),
+    }
 
 
 def encode_cursor(job: Job) -> str:

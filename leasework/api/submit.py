@@ -4,6 +4,8 @@ fast path) and ``POST /jobs/batch`` (up to a thousand, all or nothing).
 Each job is checked against the loaded app (its type, its payload model) and the store's
 limits, then written with, when it is due now, its outbox row in one transaction, and
 answered 202. A delayed job is stored ``scheduled`` and gets its outbox row from the promoter.
+A job whose unique key another job holds is not written: the answer is 200 with the holder
+and ``"duplicate": true`` (a batch marks the item; the others are written).
 A large body is decoded and checked off the event loop (:func:`leasework.api.bodies.off_loop`).
 """
 
@@ -32,7 +34,8 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def accepted_view(job: JobRequest, inserted: store.Inserted) -> dict[str, Any]:
-    """The answer to a submit: the job as accepted (a replay: the earlier job, now)."""
+    """The answer to a submit: the job as accepted (a replay: the earlier job, now; a
+    duplicate: the job that holds the unique key, now)."""
     return {
         "id": str(inserted.id),
         "type": job.type,
@@ -43,6 +46,7 @@ def accepted_view(job: JobRequest, inserted: store.Inserted) -> dict[str, Any]:
         "timeout_seconds": inserted.timeout_seconds,
         "ordering_key": job.ordering_key,
         "replay": inserted.replay,
+        "duplicate": inserted.duplicate,
     }
 
 
@@ -92,13 +96,14 @@ async def submit(
     inserted = await ctx.group.insert(row)
     if inserted.conflict:
         raise conflict(parsed.idempotency_key, inserted.id)
-    if not inserted.replay:
+    if not (inserted.replay or inserted.duplicate):
         metrics.jobs_submitted.labels(metrics.type_label(parsed.type)).inc()
     view = accepted_view(parsed, inserted)
     answer_headers = {"Location": f"/jobs/{view['id']}"}
     if inserted.replay:
         answer_headers["Idempotent-Replayed"] = "true"
-    return view, 202, answer_headers
+    # a duplicate accepted nothing new: 200 with the job that holds the key, not 202
+    return view, 200 if inserted.duplicate else 202, answer_headers
 
 
 def decode_batch(
@@ -122,7 +127,8 @@ def decode_batch(
 async def insert_batch(
     ctx: ApiContext, jobs: list[JobRequest], rows: store.EncodedRows
 ) -> list[store.Inserted]:
-    """Every job of a batch in one transaction, or none: a conflicting key rolls it back."""
+    """Every job of a batch in one transaction, or none: a conflicting idempotency key rolls
+    it back; a duplicate (a unique key another job holds) is that item's answer alone."""
 
     def write(conn: psycopg.Connection) -> list[store.Inserted]:
         inserted = store.jobs_insert(conn, rows, ctx.settings.topic_ready)
@@ -133,7 +139,7 @@ async def insert_batch(
 
     inserted = await ctx.db.run(write)
     for job, result in zip(jobs, inserted, strict=True):
-        if not result.replay:
+        if not (result.replay or result.duplicate):
             metrics.jobs_submitted.labels(metrics.type_label(job.type)).inc()
     return inserted
 
@@ -143,4 +149,5 @@ async def submit_batch(ctx: ApiContext) -> tuple[dict[str, Any], int]:
     raw = await request.get_data(as_text=False)
     jobs, rows = await off_loop(len(raw), decode_batch, ctx, request.content_type, raw)
     inserted = await insert_batch(ctx, jobs, rows)
+    # 202 for the batch whatever its items were (as for replays): each item says duplicate
     return {"jobs": [accepted_view(j, i) for j, i in zip(jobs, inserted, strict=True)]}, 202

@@ -9,6 +9,7 @@ from leasework.app import App
 from leasework.errors import FieldError
 from leasework.jsonlimits import whole_numbers
 from leasework.submission import MAX_BATCH, JobRequest, parse_run_at, request_errors
+from leasework.unique import Unique, spec_errors
 
 KNOWN_FIELDS = frozenset(
     {
@@ -19,6 +20,7 @@ KNOWN_FIELDS = frozenset(
         "max_attempts",
         "timeout_seconds",
         "ordering_key",
+        "unique",
     }
 )
 BATCH_ITEM_FIELDS = KNOWN_FIELDS | {"idempotency_key"}
@@ -46,6 +48,11 @@ def job_request(
             run_at = parsed
     if "run_at" in body and "delay_seconds" in body:
         errors.append(FieldError("run_at", "give run_at or delay_seconds, not both"))
+    unique = None
+    if body.get("unique") is not None:
+        problems = spec_errors(body["unique"])
+        errors.extend(problems)
+        unique = None if problems else Unique.from_spec(body["unique"])
     job_type = body.get("type")
     request = JobRequest(
         type=job_type if isinstance(job_type, str) else "",
@@ -56,6 +63,7 @@ def job_request(
         timeout_seconds=whole_numbers(body.get("timeout_seconds")),
         ordering_key=body.get("ordering_key"),
         idempotency_key=body.get("idempotency_key") if batch_item else idempotency_key,
+        unique=unique,
     )
     errors.extend(request_errors(request, app))
     return errors or request

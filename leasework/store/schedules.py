@@ -271,12 +271,14 @@ def schedule_delete(conn: psycopg.Connection, name: str) -> bool:
 
 @dataclass(frozen=True)
 class Tick:
-    """One tick to record: fired (``job_id`` the job it inserts) or skipped (``reason``)."""
+    """One tick to record: fired (``job_id`` the job it inserts) or skipped (``reason``;
+    ``duplicate_of``, for reason ``unique``: the job that held the unique key)."""
 
     nominal_at: datetime
     source: str
     job_id: uuid.UUID | None = None
     reason: SkipReason | None = None
+    duplicate_of: uuid.UUID | None = None
 
 
 def _record_ticks(
@@ -291,12 +293,15 @@ def _record_ticks(
     """Insert ``ticks`` of ``schedule`` and a job for each fired one that no transaction
     recorded before (``refire_skipped``: a tick recorded as skipped fires after all, the
     backfill's way; ``unguarded``, UNSAFE: every fired tick gets its job, recorded here or
-    not). Returns the ticks this transaction recorded."""
+    not). A fired tick whose job would be a duplicate (its type's unique key is held) writes
+    no job: its row becomes a skip, reason ``unique``, naming the holder. Returns the ticks
+    this transaction recorded, as recorded."""
     if not ticks:
         return []
     conflict = (
         """ON CONFLICT (schedule, nominal_at) DO UPDATE SET outcome = 'fired', reason = NULL,
-               job_id = excluded.job_id, source = excluded.source, recorded_at = now()
+               duplicate_of = NULL, job_id = excluded.job_id, source = excluded.source,
+               recorded_at = now()
            WHERE t.outcome = 'skipped' AND excluded.outcome = 'fired'"""
         if refire_skipped
         else "ON CONFLICT (schedule, nominal_at) DO NOTHING"
@@ -337,7 +342,11 @@ def _record_ticks(
             }
             for t in fired
         ]
-        jobs_insert(conn, requests, topic)
+        inserted = jobs_insert(conn, requests, topic)
+        held = {t: i.id for t, i in zip(fired, inserted, strict=True) if i.duplicate}
+        if held:
+            kept = _skip_duplicates(conn, schedule.name, kept, held)
+        fired = [t for t in fired if t not in held]
         conn.execute(
             """UPDATE jobs j SET schedule = %s, tick_at = r.tick_at
                FROM jsonb_to_recordset(%s) AS r(id uuid, tick_at timestamptz)
@@ -348,6 +357,39 @@ def _record_ticks(
             ),
         )
     return kept
+
+
+def _skip_duplicates(
+    conn: psycopg.Connection, name: str, kept: list[Tick], held: dict[Tick, uuid.UUID]
+) -> list[Tick]:
+    """The ticks of ``held`` (each with the job that holds its unique key) recorded as skips
+    with reason ``unique`` instead of fired (only the rows this transaction wrote: a tick's row
+    names the job it meant to insert); ``kept`` with those ticks as they now are."""
+    conn.execute(
+        """UPDATE schedule_ticks t SET outcome = 'skipped', reason = 'unique', job_id = NULL,
+                  duplicate_of = r.holder
+           FROM jsonb_to_recordset(%s) AS r(nominal_at timestamptz, job_id uuid, holder uuid)
+           WHERE t.schedule = %s AND t.nominal_at = r.nominal_at AND t.job_id = r.job_id""",
+        (
+            Jsonb(
+                [
+                    {
+                        "nominal_at": t.nominal_at.isoformat(),
+                        "job_id": str(t.job_id),
+                        "holder": str(holder),
+                    }
+                    for t, holder in held.items()
+                ]
+            ),
+            name,
+        ),
+    )
+    return [
+        Tick(t.nominal_at, t.source, reason=SkipReason.UNIQUE, duplicate_of=held[t])
+        if t in held
+        else t
+        for t in kept
+    ]
 
 
 @dataclass(frozen=True)
@@ -464,8 +506,10 @@ def schedule_trigger(
         return None
     schedule = StoredSchedule.from_row(row)
     tick = Tick(row["now"], "trigger", job_id=uuid.uuid4())
-    _record_ticks(conn, schedule.definition, [tick], topic)
-    return tick.job_id, tick.nominal_at
+    recorded = _record_ticks(conn, schedule.definition, [tick], topic)
+    # a duplicate (the type's unique key is held): the job that holds it
+    holder = recorded[0].duplicate_of if recorded else None
+    return holder or tick.job_id, tick.nominal_at
 
 
 @dataclass(frozen=True)
@@ -484,5 +528,7 @@ def schedule_backfill(
     ticks never recorded and ticks recorded as skipped get a job each (source
     ``backfill``); ticks that fired before are left alone."""
     ticks = [Tick(t, "backfill", job_id=uuid.uuid4()) for t in nominal]
-    fired = _record_ticks(conn, schedule, ticks, topic, refire_skipped=True)
-    return Backfilled(tuple(fired), len(ticks) - len(fired))
+    recorded = _record_ticks(conn, schedule, ticks, topic, refire_skipped=True)
+    # a tick whose job would be a duplicate is recorded skipped (reason unique): not fired
+    fired = tuple(t for t in recorded if t.job_id is not None)
+    return Backfilled(fired, len(ticks) - len(recorded))

@@ -18,8 +18,9 @@ from leasework.store.common import Row
 @dataclass(frozen=True)
 class Inserted:
     """What became of one request of an insert: its job, and whether an earlier request with
-    the same idempotency key made it (``replay``) or differed from it (``conflict``: nothing
-    was written for this request)."""
+    the same idempotency key made it (``replay``) or differed from it (``conflict``), or a job
+    holding the same unique key is it (``duplicate``: the holder; nothing was written for a
+    conflict or a duplicate). ``unique_key`` is the job's key (None: it asked for none)."""
 
     ord: int
     id: uuid.UUID
@@ -30,6 +31,8 @@ class Inserted:
     timeout_seconds: int
     replay: bool
     conflict: bool
+    duplicate: bool = False
+    unique_key: bytes | None = None
 
     @classmethod
     def from_row(cls, row: Row) -> Inserted:
@@ -43,6 +46,8 @@ class Inserted:
             timeout_seconds=row["timeout_seconds"],
             replay=row["replay"],
             conflict=row["conflict"],
+            duplicate=row["duplicate"],
+            unique_key=row["unique_key"],
         )
 
 
@@ -102,15 +107,18 @@ def job_types_register(
         return
     conn.execute(
         """INSERT INTO job_types AS t (name, payload_schema, max_attempts, timeout_seconds,
-                                       retry_base, retry_cap, description, registered_by)
+                                       retry_base, retry_cap, description, unique_policy,
+                                       registered_by)
            SELECT r.name, coalesce(r.payload_schema, '{}'::jsonb), r.max_attempts,
-                  r.timeout_seconds, r.retry_base, r.retry_cap, r.description, %s
+                  r.timeout_seconds, r.retry_base, r.retry_cap, r.description, r.unique_policy, %s
            FROM jsonb_to_recordset(%s) AS r(name text, payload_schema jsonb, max_attempts int,
-                timeout_seconds int, retry_base float8, retry_cap float8, description text)
+                timeout_seconds int, retry_base float8, retry_cap float8, description text,
+                unique_policy jsonb)
            ON CONFLICT (name) DO UPDATE SET
                payload_schema = excluded.payload_schema, max_attempts = excluded.max_attempts,
                timeout_seconds = excluded.timeout_seconds, retry_base = excluded.retry_base,
                retry_cap = excluded.retry_cap, description = excluded.description,
+               unique_policy = excluded.unique_policy,
                registered_by = excluded.registered_by, registered_at = now()""",
         (registered_by, Jsonb(types)),
     )
