@@ -5,6 +5,7 @@ fire time without compare-and-set; only ``LEASEWORK_UNSAFE_SCHEDULER`` (confirme
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,8 +14,10 @@ import pytest
 from leasework import config
 from leasework.relay import scheduler as scheduler_module
 from leasework.relay.scheduler import Scheduler, SchedulerConfig, decide
+from leasework.states import Status
 from leasework.store import schedules as store
 from leasework.store.schedules import Raced
+from leasework.store.submit import Inserted
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NAME = "every-second"
@@ -85,8 +88,19 @@ class FakeConn:
 def inserted(monkeypatch) -> list[dict[str, Any]]:
     """The job requests the pass hands to ``jobs_insert`` (every door's insert)."""
     requests: list[dict[str, Any]] = []
-    monkeypatch.setattr(store, "jobs_insert", lambda conn, rows, topic: requests.extend(rows))
+
+    def jobs_insert(conn: Any, rows: list[dict[str, Any]], topic: str) -> list[Inserted]:
+        requests.extend(rows)
+        return [new_job(n, row) for n, row in enumerate(rows, 1)]
+
+    monkeypatch.setattr(store, "jobs_insert", jobs_insert)
     return requests
+
+
+def new_job(ord: int, row: dict[str, Any]) -> Inserted:
+    """What the insert answers for a request that wrote its job (no duplicate)."""
+    run_at = datetime.fromisoformat(row["run_at"])
+    return Inserted(ord, uuid.UUID(row["id"]), Status.QUEUED, run_at, run_at, 5, 300, False, False)
 
 
 def fire(fire_due, conn: FakeConn, now: datetime):
