@@ -59,6 +59,15 @@ def mask_of(states: Iterable[Status]) -> int:
     return sum({STATE_BITS[s] for s in states})
 
 
+def key_view(key: bytes | None, mask: int | None, status: Status) -> dict[str, Any] | None:
+    """A job's unique key as the api and the console show it: the key (hex), the states it
+    holds it in, and whether it holds it now (in ``status``); None: it asked for none."""
+    if key is None or mask is None:
+        return None
+    states = states_of(mask)
+    return {"key": key.hex(), "states": [str(s) for s in states], "holds": status in states}
+
+
 def spec_errors(spec: Any, field: str = "unique") -> list[FieldError]:
     """Why ``spec`` (JSON: ``{"fields": [...], "period_seconds": n, "states": [...]}``) is
     not a uniqueness a job can ask; empty when it is."""

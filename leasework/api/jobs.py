@@ -22,7 +22,7 @@ from leasework.api.problems import Problem
 from leasework.errors import FieldError
 from leasework.job import TYPE_NAME_HINT, TYPE_NAME_PATTERN, Job
 from leasework.states import RETRYABLE, Status
-from leasework.unique import states_of
+from leasework.unique import key_view
 
 MAX_LIST_LIMIT = 200
 DEFAULT_LIST_LIMIT = 50
@@ -52,19 +52,8 @@ def job_view(job: Job) -> dict[str, Any]:
     view["id"] = str(job.id)
     for key in ("run_at", "created_at", "updated_at", "started_at", "finished_at", "tick_at"):
         view[key] = _iso(getattr(job, key))
-    view["unique"] = unique_view(job)
+    view["unique"] = key_view(job.unique_key, job.unique_states, job.status)
     return view
-
-
-def unique_view(job: Job) -> dict[str, Any] | None:
-    """A job's unique key (hex) and the states it holds it in; None: it asked for none."""
-    if job.unique_key is None or job.unique_states is None:
-        return None
-    return {
-        "key": job.unique_key.hex(),
-        "states": [str(s) for s in states_of(job.unique_states)],
-        "holds": job.status in states_of(job.unique_states),
-    }
 
 
 def encode_cursor(job: Job) -> str:
@@ -201,6 +190,15 @@ async def retry(ctx: ApiContext, job_id: str) -> tuple[dict[str, Any], int]:
             "Job cannot be retried",
             f"job {job_id} is {result.job.status}; only "
             f"{' or '.join(sorted(RETRYABLE))} jobs can be retried",
+        )
+    if result.outcome == store.RetryOutcome.DUPLICATE:
+        raise Problem(
+            409,
+            "unique-key-held",
+            "Another job holds this job's unique key",
+            f"job {job_id} would be a duplicate of job {result.holder}, which holds its unique "
+            "key; retry it once that job has left the key's states",
+            holder=str(result.holder),
         )
     return job_view(result.job), 200
 

@@ -11,6 +11,7 @@ from typing import Any
 import pydantic
 
 from leasework.api.limits import BodyKind
+from leasework.api.openapi_jobs import unique_schema
 from leasework.api.openapi_operators import OPERATOR_SCHEMAS
 from leasework.api.openapi_parts import (
     IDEMPOTENCY_KEY,
@@ -86,6 +87,7 @@ def _submit_schema(job_type: JobType, payload: dict, *, batch_item: bool) -> dic
         "type": {"const": job_type.name},
         "payload": payload,
         **SUBMIT_OPTIONS,
+        "unique": nullable(unique_schema(job_type)),
     }
     if batch_item:
         properties["idempotency_key"] = nullable(IDEMPOTENCY_KEY)
@@ -217,6 +219,11 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "timeout_seconds": {"type": "integer"},
             "ordering_key": NULLABLE_STRING,
             "replay": {"type": "boolean"},
+            "duplicate": {
+                "type": "boolean",
+                "description": "the job that holds the unique key the submit asked for: "
+                "nothing was written",
+            },
         },
     },
     "Job": {
@@ -241,6 +248,19 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "updated_at": {"type": "string"},
             "started_at": NULLABLE_STRING,
             "finished_at": NULLABLE_STRING,
+            "unique": {
+                "type": ["object", "null"],
+                "description": "the job's unique key (null: it asked for none)",
+                "properties": {
+                    "key": {"type": "string", "description": "sha256, hex"},
+                    "states": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": [s.value for s in Status]},
+                        "description": "the states in which the job holds its key",
+                    },
+                    "holds": {"type": "boolean", "description": "it holds the key now"},
+                },
+            },
         },
     },
     "RetryFilter": {

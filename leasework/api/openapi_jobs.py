@@ -15,8 +15,52 @@ from leasework.api.openapi_parts import (
     problem,
     ref,
 )
+from leasework.app import JobType
 from leasework.states import Status
 from leasework.submission import MAX_BATCH
+from leasework.unique import MAX_PERIOD_SECONDS, STATE_BITS, UNFINISHED
+
+UNIQUE_DESCRIPTION = (
+    "Ask for uniqueness: at most one job of this type with the same values of `fields` "
+    "(top-level payload fields, each required in the payload; [] for the type alone) among "
+    "the jobs in `states` (default: the unfinished ones, which it must include) and, with "
+    "`period_seconds`, whose run_at falls in the same period (buckets from the Unix epoch, "
+    "UTC). A submit whose key a job holds writes nothing and is answered 200 with that job and "
+    "`duplicate: true`. Left out: the type's declared uniqueness, if any."
+)
+
+
+def unique_schema(job_type: JobType) -> dict:
+    """The ``unique`` field of a submit of ``job_type``. Its ``fields`` lists the payload
+    fields every valid payload of the type has (the model's required ones): the api takes any
+    top-level field the payload has, which a schema cannot say of an untyped payload."""
+    schema = job_type.payload_schema()
+    required = schema.get("required") if isinstance(schema.get("properties"), dict) else None
+    names = sorted(required) if isinstance(required, list) else []
+    fields: dict = {"type": "array", "uniqueItems": True, "maxItems": len(names)}
+    if names:
+        fields["items"] = {"type": "string", "enum": names}
+    states = [s.value for s in STATE_BITS]
+    return {
+        "type": "object",
+        "required": ["fields"],
+        "additionalProperties": False,
+        "description": UNIQUE_DESCRIPTION,
+        "properties": {
+            "fields": fields,
+            "period_seconds": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "maximum": MAX_PERIOD_SECONDS,
+            },
+            "states": {
+                "type": ["array", "null"],
+                "uniqueItems": True,
+                "items": {"type": "string", "enum": states},
+                "allOf": [{"contains": {"const": s}} for s in states if s in UNFINISHED],
+            },
+        },
+    }
 
 
 def submit_job() -> dict:
@@ -37,6 +81,19 @@ def submit_job() -> dict:
         },
         "responses": {
             "202": json_response(ref("Accepted"), "Accepted (or replayed under the same key)"),
+            "200": {
+                **json_response(
+                    ref("Accepted"),
+                    "A duplicate: the job that holds the unique key (`duplicate: true`); "
+                    "nothing was written",
+                ),
+                "headers": {
+                    "Location": {
+                        "description": "the job that holds the key",
+                        "schema": {"type": "string"},
+                    }
+                },
+            },
             "400": problem("Malformed JSON"),
             "409": problem("Idempotency-Key reused with a different body"),
             "413": problem("Body too large"),
@@ -122,7 +179,8 @@ def submit_batch() -> dict:
                     "type": "object",
                     "properties": {"jobs": {"type": "array", "items": ref("Accepted")}},
                 },
-                "Every job accepted, in request order",
+                "Every job accepted, in request order; an item whose unique key a job holds "
+                "is that job with `duplicate: true` (nothing written for it, the rest are)",
             ),
             "400": problem("Malformed JSON"),
             "409": problem("An item's idempotency key was used for another request"),
@@ -188,7 +246,7 @@ def retry_job() -> dict:
         "responses": {
             "200": json_response(ref("Job"), "Queued again"),
             "404": problem("No such job"),
-            "409": problem("Not dead or cancelled"),
+            "409": problem("Not dead or cancelled, or another job holds its unique key"),
         },
     }
 

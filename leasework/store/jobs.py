@@ -158,12 +158,24 @@ class RetryOutcome(StrEnum):
     RETRIED = "retried"
     NOT_RETRYABLE = "not-retryable"  # not dead or cancelled
     MISSING = "missing"
+    DUPLICATE = "duplicate"  # another job holds its unique key now
 
 
 @dataclass(frozen=True)
 class RetryResult:
     job: Job | None
     outcome: RetryOutcome
+    holder: uuid.UUID | None = None  # DUPLICATE: the job that holds the key
+
+
+# the job holding a unique key now (the unique index's predicate, so the index answers)
+_HOLDER_SQL = """SELECT id FROM jobs WHERE unique_key = %s AND id <> %s
+                  AND leasework_unique_holds(unique_states, status) LIMIT 1"""
+
+
+def _holder(conn: psycopg.Connection, job: Job) -> uuid.UUID | None:
+    row = conn.execute(_HOLDER_SQL, (job.unique_key, job.id)).fetchone()
+    return row["id"] if row else None
 
 
 def job_retry(conn: psycopg.Connection, job_id: uuid.UUID, topic: str) -> RetryResult:
@@ -174,13 +186,21 @@ def job_retry(conn: psycopg.Connection, job_id: uuid.UUID, topic: str) -> RetryR
     if job.status not in RETRYABLE:
         return RetryResult(job, RetryOutcome.NOT_RETRYABLE)
     transition(job.status, Status.QUEUED, requeue=True)
-    row = conn.execute(
-        f"""WITH requeued AS (UPDATE jobs SET {_REQUEUE_SET} WHERE id = %(id)s
-                              RETURNING {JOB_COLUMNS}),
-                 wake AS ({ready_outbox_insert("requeued")})
-            SELECT * FROM requeued""",
-        {"id": job_id, "topic": topic},
-    ).fetchone()
+    # a unique job re-enters its key's states: refused while another job holds the key (a
+    # holder inserted since this check makes the update fail on the index: the same answer)
+    if job.unique_key is not None and (holder := _holder(conn, job)) is not None:
+        return RetryResult(job, RetryOutcome.DUPLICATE, holder)
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                f"""WITH requeued AS (UPDATE jobs SET {_REQUEUE_SET} WHERE id = %(id)s
+                                      RETURNING {JOB_COLUMNS}),
+                         wake AS ({ready_outbox_insert("requeued")})
+                    SELECT * FROM requeued""",
+                {"id": job_id, "topic": topic},
+            ).fetchone()
+    except psycopg.errors.UniqueViolation:
+        return RetryResult(job, RetryOutcome.DUPLICATE, _holder(conn, job))
     return RetryResult(_job(row), RetryOutcome.RETRIED)
 
 
@@ -189,17 +209,22 @@ def jobs_retry_matching(
 ) -> int:
     """Bulk retry: up to ``limit`` jobs ``job_filter`` selects (its status ``dead`` or
     ``cancelled``), oldest finish first, each put back in the queue as :func:`job_retry` does.
-    Rows another transaction holds are skipped, so two calls never double up. The WHERE
-    clause is the filter's own, the one the console's page and count use."""
+    Rows another transaction holds are skipped, so two calls never double up; so is a unique
+    job whose key another job holds, and all but one of the selected jobs sharing a key. The
+    WHERE clause is the filter's own, the one the console's page and count use."""
     if job_filter.status is None:
         raise ValueError("a bulk retry needs a status (dead or cancelled)")
     transition(job_filter.status, Status.QUEUED, requeue=True)
     where, params = job_filter.where()
     row = conn.execute(
         f"""WITH picked AS (
-                SELECT id FROM jobs WHERE {where}
+                SELECT id, unique_key FROM jobs WHERE {where}
+                  AND (unique_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM jobs h WHERE h.unique_key = jobs.unique_key
+                        AND leasework_unique_holds(h.unique_states, h.status)))
                 ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
-            requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM picked WHERE jobs.id = picked.id
+            chosen AS (SELECT DISTINCT ON (coalesce(unique_key, uuid_send(id))) id FROM picked),
+            requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM chosen WHERE jobs.id = chosen.id
                          RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key),
             wake AS ({ready_outbox_insert("requeued")} RETURNING 1)
             SELECT count(*) AS n FROM wake""",

@@ -304,3 +304,31 @@ def test_the_overview_says_so_when_prometheus_cannot_be_reached(browser, make_to
     finally:
         stack.restart("api")
     context.close()
+
+
+def test_the_job_page_shows_a_unique_key_and_a_retry_refused_while_it_is_held(
+    browser, make_token, db
+):
+    _, token = make_token("read", "cancel")
+    mark = uuid.uuid4().hex
+    unique = leasework.Unique(fields=("k",))
+    first = enqueue("echo", {"k": mark}, unique=unique, delay=timedelta(days=300))
+    db.execute("UPDATE jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (first,))
+    holder = enqueue("echo", {"k": mark}, unique=unique, delay=timedelta(days=300))
+    try:
+        path = f"/ui/jobs/{first}"
+        context, page = login(browser, token, path)
+        facts = page.locator("dl.facts").inner_text()
+        assert "held while scheduled, queued, running, failed" in facts
+        assert "released: the job left those states" in facts
+        with page.expect_navigation():
+            page.click("a:text-is('Retry…')")
+        with page.expect_navigation():
+            page.click("#confirm")
+        assert page.url.endswith(f"{path}?notice=duplicate")
+        assert "another job holds its unique key" in page.inner_text("p.notice")
+        assert status_of(db, first) == "cancelled"
+        shot(page, "job-unique-retry-refused")
+        context.close()
+    finally:
+        db.execute("DELETE FROM jobs WHERE id IN (%s, %s)", (first, holder))

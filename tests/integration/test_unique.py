@@ -360,3 +360,16 @@ def test_a_holder_leaving_its_states_between_conflict_and_lookup_is_inserted_aga
     assert [i.duplicate for i in ids] == [False, False]
     assert ids[0] != holder
     assert sorted(j["status"] for j in jobs_of(a)) == ["cancelled", "scheduled"]
+
+
+def test_an_operators_retry_of_a_job_whose_key_another_holds_is_refused(token):
+    first = enqueue_one(token)
+    with psycopg.connect(DSN) as conn:
+        conn.execute("UPDATE jobs SET status = 'cancelled' WHERE id = %s", (first,))
+    holder = enqueue_one(token)
+    retried = httpx.post(f"{API_URL}/jobs/{first}/retry", headers=auth(), timeout=30)
+    assert retried.status_code == 409, retried.text
+    assert retried.json()["holder"] == str(holder)
+    bulk = post("/jobs/retry", {"status": "cancelled", "type": "echo", "limit": 1000})
+    assert bulk.status_code == 200
+    assert sorted(j["status"] for j in jobs_of(token)) == ["cancelled", "scheduled"]

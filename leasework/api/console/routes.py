@@ -53,6 +53,7 @@ from leasework.states import RETRYABLE, TERMINAL, Status
 from leasework.store import console as queries
 from leasework.store import operators
 from leasework.store.jobs import TIME_FIELDS
+from leasework.unique import key_view
 
 log = logging.getLogger("leasework.api.console")
 
@@ -82,6 +83,7 @@ NOTICES = {
     "finished": "Not cancelled: the job had already finished.",
     "retried": "Retried: queued again with a fresh attempt budget.",
     "not-retryable": "Not retried: only dead or cancelled jobs can be retried.",
+    "duplicate": "Not retried: another job holds its unique key (retry once that job ends).",
     "logged-out": "Logged out.",
 }
 
@@ -412,6 +414,7 @@ class Console:
             audit_shown=audit_shown,
             cancellable=job.status not in TERMINAL,
             retryable=job.status in RETRYABLE,
+            unique=key_view(job.unique_key, job.unique_states, job.status),
             notice=NOTICES.get(request.args.get("notice", "")),
         )
 
