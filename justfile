@@ -61,8 +61,10 @@ smoke: bootstrap
     {{python}} -m leasework smoke --timeout 60
 
 # the leasework CLI against the local API, e.g. `just cli submit sleep '{"seconds": 2}'`
+# (each argument passed as given: a cron expression's `*` is not a glob here)
+[positional-arguments]
 cli *args: bootstrap
-    {{python}} -m leasework {{args}}
+    @{{python}} -m leasework "$@"
 
 # unit tests only (no servers)
 test-unit: bootstrap

@@ -1,6 +1,7 @@
 """``leasework ROLE [--app module:attr]`` runs a process (api, relay, worker, dev, migrate);
-``leasework submit|get|list|cancel|retry|wait|smoke`` talk to the API (with
-``$LEASEWORK_TOKEN`` or the token ``just up`` wrote); ``leasework token ...`` manages tokens."""
+``leasework submit|get|list|cancel|retry|wait|smoke`` and ``leasework schedules ...`` talk
+to the API (with ``$LEASEWORK_TOKEN`` or the token ``just up`` wrote); ``leasework token ...``
+manages tokens."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from leasework import config, token_cli
+from leasework import config, schedule_cli, token_cli
 from leasework.states import RETRYABLE
 
 if TYPE_CHECKING:  # the client (httpx) is imported only by the commands that talk to the api
@@ -242,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="print the effective configuration of a role, secrets masked")
     p.add_argument("role", nargs="?", default="api", choices=ROLES)
     token_cli.add_parser(sub)
+    schedule_cli.add_parser(sub)
     from leasework import doctor
 
     doctor.add_parser(sub)
@@ -339,6 +341,7 @@ API_COMMANDS: dict[str, Command] = {
     ),
     "cancel": _printing(lambda client, args: client.cancel(args.job_id)),
     "retry": _retry,
+    "schedules": schedule_cli.run,
 }
 
 

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -99,6 +100,25 @@ def batch_item(job: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+SCHEDULE_OPTIONS = ("payload", "timezone", "overlap", "catch_up", "catch_up_limit", "grace_seconds")
+
+
+def schedule_body(name: str, job_type: str, cron: str, **options: Any) -> dict[str, Any]:
+    """The body of ``POST /schedules``; ``options`` left as None are left out."""
+    unknown = sorted(set(options) - set(SCHEDULE_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown schedule option(s): {', '.join(unknown)}")
+    body: dict[str, Any] = {"name": name, "type": job_type, "cron": cron}
+    body.update({k: v for k, v in options.items() if v is not None})
+    return body
+
+
+def _segment(name: str) -> str:
+    """``name`` as one path segment (a schedule name is letters, digits and ``_ . : -``;
+    anything else is quoted, and the api answers 404 for it)."""
+    return quote(name, safe="")
+
+
 # httpx's defaults the API has no use for (it answers JSON, uncompressed; HTTP/1.1 keeps a
 # connection alive unasked): each costs the api a header to parse on every request
 UNNEEDED_HEADERS = ("accept", "accept-encoding", "connection")
@@ -180,6 +200,44 @@ class Client:
         body = {k: v for k, v in filters.items() if v is not None}
         return _result(self.http.post("/jobs/retry", json=body))["retried"]
 
+    # ------------------------------------------------------------ recurring schedules
+
+    def schedules(self, *, limit: int | None = None, after: str | None = None) -> dict[str, Any]:
+        """A page of schedules by name (``next_after`` names the next page's ``after``)."""
+        params = {k: v for k, v in {"limit": limit, "after": after}.items() if v is not None}
+        return _result(self.http.get("/schedules", params=params))
+
+    def schedule(self, name: str, *, ticks: int | None = None) -> dict[str, Any]:
+        """One schedule with its latest ``ticks`` ticks (default 50), newest first."""
+        params = {"ticks": ticks} if ticks is not None else {}
+        return _result(self.http.get(f"/schedules/{_segment(name)}", params=params))
+
+    def create_schedule(
+        self, name: str, job_type: str, cron: str, **options: Any
+    ) -> dict[str, Any]:
+        """Create a schedule; ``options``: ``payload``, ``timezone``, ``overlap``,
+        ``catch_up``, ``catch_up_limit``, ``grace_seconds``."""
+        body = schedule_body(name, job_type, cron, **options)
+        return _result(self.http.post("/schedules", json=body))
+
+    def pause_schedule(self, name: str) -> dict[str, Any]:
+        return _result(self.http.post(f"/schedules/{_segment(name)}/pause"))
+
+    def resume_schedule(self, name: str) -> dict[str, Any]:
+        return _result(self.http.post(f"/schedules/{_segment(name)}/resume"))
+
+    def trigger_schedule(self, name: str) -> dict[str, Any]:
+        """Run a schedule once now; returns its ``job_id`` and ``tick_at``."""
+        return _result(self.http.post(f"/schedules/{_segment(name)}/trigger"))
+
+    def backfill_schedule(self, name: str, since: str, until: str) -> dict[str, Any]:
+        """Run each tick in ``[since, until]`` (RFC 3339) that never fired, a job each."""
+        body = {"from": since, "until": until}
+        return _result(self.http.post(f"/schedules/{_segment(name)}/backfill", json=body))
+
+    def delete_schedule(self, name: str) -> dict[str, Any]:
+        return _result(self.http.delete(f"/schedules/{_segment(name)}"))
+
     def wait(self, job_id: str | uuid.UUID, timeout: float = 60.0) -> Any:
         """Wait for the job to finish and return its result; raises :class:`JobFailed` (with
         its last error) when it ended dead or cancelled, :class:`WaitTimeout` after
@@ -247,6 +305,40 @@ class AsyncClient:
     async def retry_many(self, **filters: Any) -> int:
         body = {k: v for k, v in filters.items() if v is not None}
         return _result(await self.http.post("/jobs/retry", json=body))["retried"]
+
+    # ------------------------------------------------------------ recurring schedules (see Client)
+
+    async def schedules(
+        self, *, limit: int | None = None, after: str | None = None
+    ) -> dict[str, Any]:
+        params = {k: v for k, v in {"limit": limit, "after": after}.items() if v is not None}
+        return _result(await self.http.get("/schedules", params=params))
+
+    async def schedule(self, name: str, *, ticks: int | None = None) -> dict[str, Any]:
+        params = {"ticks": ticks} if ticks is not None else {}
+        return _result(await self.http.get(f"/schedules/{_segment(name)}", params=params))
+
+    async def create_schedule(
+        self, name: str, job_type: str, cron: str, **options: Any
+    ) -> dict[str, Any]:
+        body = schedule_body(name, job_type, cron, **options)
+        return _result(await self.http.post("/schedules", json=body))
+
+    async def pause_schedule(self, name: str) -> dict[str, Any]:
+        return _result(await self.http.post(f"/schedules/{_segment(name)}/pause"))
+
+    async def resume_schedule(self, name: str) -> dict[str, Any]:
+        return _result(await self.http.post(f"/schedules/{_segment(name)}/resume"))
+
+    async def trigger_schedule(self, name: str) -> dict[str, Any]:
+        return _result(await self.http.post(f"/schedules/{_segment(name)}/trigger"))
+
+    async def backfill_schedule(self, name: str, since: str, until: str) -> dict[str, Any]:
+        body = {"from": since, "until": until}
+        return _result(await self.http.post(f"/schedules/{_segment(name)}/backfill", json=body))
+
+    async def delete_schedule(self, name: str) -> dict[str, Any]:
+        return _result(await self.http.delete(f"/schedules/{_segment(name)}"))
 
     async def wait(self, job_id: str | uuid.UUID, timeout: float = 60.0) -> Any:  # noqa: ASYNC109
         """See :meth:`Client.wait`. ``timeout`` rather than the caller's cancel scope, so the

@@ -119,6 +119,24 @@ class Cron:
                 return tick
         return None
 
+    def between(self, since: datetime, until: datetime, limit: int) -> list[datetime]:
+        """The ticks in ``[since, until]``, oldest first, stopping after ``limit + 1`` of them
+        (so a caller bounding a range sees that it holds more than ``limit`` without walking
+        the rest: the cost is at most ``limit + 1`` steps of cronsim)."""
+        since, until = _utc(since), _utc(until)
+        ticks: list[datetime] = []
+        # cronsim walks forward from its start exclusive: start one second before ``since``
+        for tick in self._iterate(since - timedelta(seconds=1)):
+            tick = tick.astimezone(UTC)
+            if tick > until:
+                break
+            if tick < since:
+                continue
+            ticks.append(tick)
+            if len(ticks) > limit:
+                break
+        return ticks
+
     def latest(self, since: datetime, until: datetime, limit: int) -> tuple[list[datetime], int]:
         """The ticks in ``[since, until]``, oldest first, at most the latest ``limit`` of
         them, and how many older ones were left out (counted up to

@@ -5,7 +5,9 @@ answers return (job ids, token names) in later requests: it cancels jobs, retrie
 and revokes tokens, the development token included. So it runs against an api of its own on a
 database of its own, never the stack's: a fresh database ``leasework_conformance`` on the
 stack's Postgres, migrated, with one admin token, and an api process on port 8095 loading the
-stack's apps (Redis, for rate limits, is shared; nothing runs its jobs). Checks: all of them
+stack's apps (Redis, for rate limits, is shared; nothing runs its jobs), with two schedules
+the operations on one schedule are pointed at (``tools/schemathesis.toml``) and generators for
+the formats a schema cannot spell (``tools/schemathesis_hooks.py``). Checks: all of them
 (no 5xx, status codes, content types, headers and bodies as documented, schema-valid requests
 accepted, schema-violating ones refused, 405 with ``Allow``). The whole output goes to
 ``reports/conformance/<UTC time>/schemathesis.txt``; the summary is printed; the exit status
@@ -75,6 +77,23 @@ def wait_ready(api: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
     raise SystemExit(f"conformance: the api was not ready within {timeout:.0f} s; see {log}")
 
 
+# the schedules the operations on one schedule name (tools/schemathesis.toml): yearly, so a
+# backfill of any range since 2000 is under the bound; ten for DELETE to take from
+SEED_SCHEDULES = ("zz-conformance-yearly", *(f"zz-delete-{n}" for n in range(10)))
+
+
+def seed_schedules(token: str) -> None:
+    for name in SEED_SCHEDULES:
+        answer = httpx.post(
+            f"{URL}/schedules",
+            json={"name": name, "type": "noop", "cron": "0 0 1 1 *"},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        )
+        if answer.status_code != 201:
+            raise SystemExit(f"conformance: cannot create schedule {name}: {answer.text}")
+
+
 def summary(output: str) -> list[str]:
     """The lines of schemathesis's output worth printing: failures, errors, test cases, the
     last line (pure)."""
@@ -128,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         wait_ready(api, log)
         token = token_file.read_text().strip()
+        seed_schedules(token)
         command = [
             str(Path(sys.executable).with_name("schemathesis")),
             "--no-color",
@@ -147,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             "20261201",
         ]
         started = time.monotonic()
-        result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        hooks = {"SCHEMATHESIS_HOOKS": str(Path(__file__).with_name("schemathesis_hooks.py"))}
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=900, env={**os.environ, **hooks}
+        )
         took = time.monotonic() - started
     finally:
         if api is not None:

@@ -24,6 +24,7 @@ from leasework.api.openapi_parts import (
     problem,
     ref,
 )
+from leasework.api.openapi_schedules import schedule_schemas
 from leasework.api.routes import ROUTES
 from leasework.api.routing import Route
 from leasework.app import App, JobType
@@ -131,6 +132,7 @@ def openapi_document(app: App) -> dict:
     schemas["BatchItem"] = {"oneOf": batch_refs} if batch_refs else {"not": {}}
     schemas.update(COMMON_SCHEMAS)
     schemas.update(storable(OPERATOR_SCHEMAS))
+    schemas.update(storable(schedule_schemas(app, payloads)))
     schemas["Storable"] = STORABLE
     document = {
         "openapi": "3.1.0",

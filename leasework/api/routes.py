@@ -11,7 +11,17 @@ and take the scope of the operation each is the twin of from here (:func:`scope_
 
 from __future__ import annotations
 
-from leasework.api import jobs, openapi_jobs, openapi_operators, openapi_ops, operators, ops, submit
+from leasework.api import (
+    jobs,
+    openapi_jobs,
+    openapi_operators,
+    openapi_ops,
+    openapi_schedules,
+    operators,
+    ops,
+    schedules,
+    submit,
+)
 from leasework.api.limits import BodyKind
 from leasework.api.routing import Route
 
@@ -29,6 +39,24 @@ ROUTES: tuple[Route, ...] = (
           openapi_jobs.cancel_job),
     Route("POST", "/jobs/{job_id}/retry", jobs.retry, "cancel", "retry", openapi_jobs.retry_job),
     Route("GET", "/job-types", jobs.job_types, "read", "job_types", openapi_jobs.job_types),
+    # recurring schedules (leasework/api/schedules.py): reading them needs read; changing
+    # them needs cancel, the scope of the operators' other changes (cancel, retry)
+    Route("GET", "/schedules", schedules.list_schedules, "read", "list_schedules",
+          openapi_schedules.list_schedules),
+    Route("POST", "/schedules", schedules.create_schedule, "cancel", "create_schedule",
+          openapi_schedules.create_schedule),
+    Route("GET", "/schedules/{name}", schedules.get_schedule, "read", "get_schedule",
+          openapi_schedules.get_schedule),
+    Route("DELETE", "/schedules/{name}", schedules.delete_schedule, "cancel", "delete_schedule",
+          openapi_schedules.delete_schedule),
+    Route("POST", "/schedules/{name}/pause", schedules.pause_schedule, "cancel",
+          "pause_schedule", openapi_schedules.pause_schedule),
+    Route("POST", "/schedules/{name}/resume", schedules.resume_schedule, "cancel",
+          "resume_schedule", openapi_schedules.resume_schedule),
+    Route("POST", "/schedules/{name}/trigger", schedules.trigger_schedule, "cancel",
+          "trigger_schedule", openapi_schedules.trigger_schedule),
+    Route("POST", "/schedules/{name}/backfill", schedules.backfill_schedule, "cancel",
+          "backfill_schedule", openapi_schedules.backfill_schedule),
     # what every process serves (leasework/api/ops.py)
     Route("GET", "/healthz", ops.healthz, None, "healthz", openapi_ops.healthz),
     Route("GET", "/readyz", ops.readyz, None, "readyz", openapi_ops.readyz),

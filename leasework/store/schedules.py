@@ -189,21 +189,27 @@ def schedule_get(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
     return StoredSchedule.from_row(row) if row else None
 
 
+# a schedule's columns with its latest tick's (``last_*``, the tick's job's status too), for
+# a listing: SELECT {_WITH_LAST_TICK} FROM schedules s {_LAST_TICK_JOIN}
+_WITH_LAST_TICK = f"""s.{SCHEDULE_COLUMNS.replace(", ", ", s.")},
+       last.nominal_at AS last_nominal_at, last.outcome AS last_outcome,
+       last.reason AS last_reason, last.source AS last_source,
+       last.job_id AS last_job_id, j.status AS last_job_status"""
+_LAST_TICK_JOIN = """
+    LEFT JOIN LATERAL (
+        SELECT nominal_at, outcome, reason, source, job_id FROM schedule_ticks t
+        WHERE t.schedule = s.name ORDER BY recorded_at DESC, nominal_at DESC LIMIT 1
+    ) last ON true
+    LEFT JOIN jobs j ON j.id = last.job_id"""
+
+
 def schedule_list(conn: psycopg.Connection) -> list[ScheduleView]:
     """Every schedule by name, with its latest tick (and that tick's job's state) and how
     many ticks it fired and skipped (those the pruner still keeps)."""
     rows = conn.execute(
-        f"""SELECT s.{SCHEDULE_COLUMNS.replace(", ", ", s.")},
-                   last.nominal_at AS last_nominal_at, last.outcome AS last_outcome,
-                   last.reason AS last_reason, last.source AS last_source,
-                   last.job_id AS last_job_id, j.status AS last_job_status,
+        f"""SELECT {_WITH_LAST_TICK},
                    counts.fired, counts.skipped
-            FROM schedules s
-            LEFT JOIN LATERAL (
-                SELECT nominal_at, outcome, reason, source, job_id FROM schedule_ticks t
-                WHERE t.schedule = s.name ORDER BY recorded_at DESC, nominal_at DESC LIMIT 1
-            ) last ON true
-            LEFT JOIN jobs j ON j.id = last.job_id
+            FROM schedules s {_LAST_TICK_JOIN}
             LEFT JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE outcome = 'fired') AS fired,
                        count(*) FILTER (WHERE outcome = 'skipped') AS skipped
@@ -211,20 +217,24 @@ def schedule_list(conn: psycopg.Connection) -> list[ScheduleView]:
             ) counts ON true
             ORDER BY s.name"""
     ).fetchall()
-    views = []
-    for r in rows:
-        last = None
-        if r["last_nominal_at"] is not None:
-            last = LastTick(
-                r["last_nominal_at"],
-                r["last_outcome"],
-                r["last_reason"],
-                r["last_source"],
-                r["last_job_id"],
-                r["last_job_status"],
-            )
-        views.append(ScheduleView(StoredSchedule.from_row(r), last, r["fired"], r["skipped"]))
-    return views
+    return [
+        ScheduleView(StoredSchedule.from_row(r), _last_tick(r), r["fired"], r["skipped"])
+        for r in rows
+    ]
+
+
+def _last_tick(row: Row) -> LastTick | None:
+    """The ``last_*`` columns of a listing's row as its latest tick (None: no tick yet)."""
+    if row["last_nominal_at"] is None:
+        return None
+    return LastTick(
+        row["last_nominal_at"],
+        row["last_outcome"],
+        row["last_reason"],
+        row["last_source"],
+        row["last_job_id"],
+        row["last_job_status"],
+    )
 
 
 @dataclass(frozen=True)
@@ -532,3 +542,79 @@ def schedule_backfill(
     # a tick whose job would be a duplicate is recorded skipped (reason unique): not fired
     fired = tuple(t for t in recorded if t.job_id is not None)
     return Backfilled(fired, len(ticks) - len(recorded))
+
+
+# ---------------------------------------------------------------- the management surface's reads
+
+# a listing counts each schedule's latest ticks only, this many at most: a per-second
+# schedule keeps 2.6 million ticks under the default retention, and a page of schedules must
+# cost the same whatever their calendars (the counts say when they were capped)
+TICKS_COUNTED = 1000
+
+
+@dataclass(frozen=True)
+class ScheduleSummary:
+    """A schedule for the management surface (API, console): itself, its latest tick with
+    its job's state, and what its latest :data:`TICKS_COUNTED` ticks came to."""
+
+    schedule: StoredSchedule
+    last: LastTick | None
+    fired: int
+    skipped: int
+    capped: bool  # the schedule has more ticks than were counted
+
+
+def _summaries(
+    conn: psycopg.Connection, where: str, params: dict[str, Any]
+) -> list[ScheduleSummary]:
+    rows = conn.execute(
+        f"""SELECT {_WITH_LAST_TICK},
+                   counts.fired, counts.skipped,
+                   EXISTS (SELECT 1 FROM schedule_ticks t WHERE t.schedule = s.name
+                           ORDER BY recorded_at DESC OFFSET %(counted)s) AS capped
+            FROM schedules s {_LAST_TICK_JOIN}
+            LEFT JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE outcome = 'fired') AS fired,
+                       count(*) FILTER (WHERE outcome = 'skipped') AS skipped
+                FROM (SELECT outcome FROM schedule_ticks t WHERE t.schedule = s.name
+                      ORDER BY recorded_at DESC LIMIT %(counted)s) latest
+            ) counts ON true
+            {where}""",
+        {"counted": TICKS_COUNTED, **params},
+    ).fetchall()
+    return [
+        ScheduleSummary(
+            StoredSchedule.from_row(r), _last_tick(r), r["fired"], r["skipped"], r["capped"]
+        )
+        for r in rows
+    ]
+
+
+def schedule_page(conn: psycopg.Connection, after: str | None, limit: int) -> list[ScheduleSummary]:
+    """Up to ``limit`` schedules by name, after ``after`` (keyset), each summarised."""
+    where = "WHERE s.name > %(after)s ORDER BY s.name LIMIT %(limit)s"
+    return _summaries(conn, where, {"after": after or "", "limit": limit})
+
+
+def schedule_summary(conn: psycopg.Connection, name: str) -> ScheduleSummary | None:
+    """One schedule, summarised; None if there is no such schedule."""
+    found = _summaries(conn, "WHERE s.name = %(name)s", {"name": name})
+    return found[0] if found else None
+
+
+def schedule_lock(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
+    """A schedule, locked for the rest of the caller's transaction (``FOR UPDATE``: a fire
+    pass holding it is waited for); None if there is no such schedule."""
+    row = conn.execute(
+        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = %s FOR UPDATE", (name,)
+    ).fetchone()
+    return StoredSchedule.from_row(row) if row else None
+
+
+def schedule_remove(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
+    """Delete a schedule and its ticks (as :func:`schedule_delete`), returning it as it was;
+    None if there was no such schedule."""
+    row = conn.execute(
+        f"DELETE FROM schedules WHERE name = %s RETURNING {SCHEDULE_COLUMNS}", (name,)
+    ).fetchone()
+    return StoredSchedule.from_row(row) if row else None
