@@ -2,9 +2,9 @@
 file, no script. The api's guard lets ``/ui`` through untouched, so every request here is
 checked by :meth:`Console.authenticate` first: a signed session cookie whose token is still
 live, the ``read`` scope to see anything, and on every POST the session's CSRF token and a
-same-site ``Origin``. Actions (cancel, retry, bulk retry) need the ``cancel`` scope, go
-through a confirmation page, and write their audit row in the same transaction as their
-effect."""
+same-site ``Origin``. Actions (cancel, retry, bulk retry, and the changes to recurring
+schedules of :mod:`.schedules`) need the ``cancel`` scope, go through a confirmation page, and
+write their audit row in the same transaction as their effect."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ from werkzeug.datastructures import MultiDict
 from leasework import operations, store
 from leasework.api.auth import Authenticator, RateLimiter
 from leasework.api.console import filters, prometheus
+from leasework.api.console import schedules as schedule_pages
 from leasework.api.console.charts import line_chart
+from leasework.api.console.errors import ConsoleError
 from leasework.api.console.session import (
     COOKIE,
     COOKIE_PATH,
@@ -86,19 +88,6 @@ NOTICES = {
     "duplicate": "Not retried: another job holds its unique key (retry once that job ends).",
     "logged-out": "Logged out.",
 }
-
-
-class ConsoleError(Exception):
-    """A request the console refuses, shown as a page with this status and message."""
-
-    def __init__(
-        self, status: int, title: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.title = title
-        self.message = message
-        self.headers = headers or {}
 
 
 def no_such_job(jid: uuid.UUID) -> ConsoleError:
@@ -243,6 +232,7 @@ class Console:
             "duration": _duration,
             "percent": _percent,
             "pretty": _pretty,
+            "zoned": schedule_pages.zoned,
         }
 
     # ------------------------------------------------------------ login, logout
@@ -639,6 +629,32 @@ CONSOLE_ROUTES: tuple[Route, ...] = (
           twin("POST", "/jobs/{job_id}/retry"), "retry"),
     Route("POST", "/jobs/{job_id}/retry", Console.retry,
           twin("POST", "/jobs/{job_id}/retry"), "retry"),
+    # recurring schedules (leasework/api/console/schedules.py: handlers of a Console)
+    Route("GET", "/schedules", schedule_pages.schedules, twin("GET", "/schedules"), "schedules"),
+    Route("POST", "/schedules", schedule_pages.schedule_create,
+          twin("POST", "/schedules"), "schedule_create"),
+    Route("GET", "/schedules/{name}", schedule_pages.schedule,
+          twin("GET", "/schedules/{name}"), "schedule"),
+    Route("GET", "/schedules/{name}/pause", schedule_pages.schedule_pause,
+          twin("POST", "/schedules/{name}/pause"), "schedule_pause"),
+    Route("POST", "/schedules/{name}/pause", schedule_pages.schedule_pause,
+          twin("POST", "/schedules/{name}/pause"), "schedule_pause"),
+    Route("GET", "/schedules/{name}/resume", schedule_pages.schedule_resume,
+          twin("POST", "/schedules/{name}/resume"), "schedule_resume"),
+    Route("POST", "/schedules/{name}/resume", schedule_pages.schedule_resume,
+          twin("POST", "/schedules/{name}/resume"), "schedule_resume"),
+    Route("GET", "/schedules/{name}/trigger", schedule_pages.schedule_trigger,
+          twin("POST", "/schedules/{name}/trigger"), "schedule_trigger"),
+    Route("POST", "/schedules/{name}/trigger", schedule_pages.schedule_trigger,
+          twin("POST", "/schedules/{name}/trigger"), "schedule_trigger"),
+    Route("GET", "/schedules/{name}/backfill", schedule_pages.schedule_backfill,
+          twin("POST", "/schedules/{name}/backfill"), "schedule_backfill"),
+    Route("POST", "/schedules/{name}/backfill", schedule_pages.schedule_backfill,
+          twin("POST", "/schedules/{name}/backfill"), "schedule_backfill"),
+    Route("GET", "/schedules/{name}/delete", schedule_pages.schedule_delete,
+          twin("DELETE", "/schedules/{name}"), "schedule_delete"),
+    Route("POST", "/schedules/{name}/delete", schedule_pages.schedule_delete,
+          twin("DELETE", "/schedules/{name}"), "schedule_delete"),
     Route("GET", "/workers", Console.workers, twin("GET", "/workers"), "workers"),
     Route("GET", "/audit", Console.audit, twin("GET", "/audit"), "audit"),
     # Alertmanager's notifications (the overview shows the latest too): no API twin
