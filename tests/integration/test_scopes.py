@@ -44,6 +44,17 @@ API_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
     ("/jobs/{job_id}/cancel", "post"): (f"/jobs/{MISSING}/cancel", None),
     ("/jobs/{job_id}/retry", "post"): (f"/jobs/{MISSING}/retry", None),
     ("/jobs/retry", "post"): ("/jobs/retry", {"type": "no-such-type", "limit": 1}),
+    ("/schedules", "get"): ("/schedules?limit=1", None),
+    ("/schedules", "post"): ("/schedules", {"name": "has space", "type": "noop", "cron": "*"}),
+    ("/schedules/{name}", "get"): ("/schedules/t-no-such-schedule", None),
+    ("/schedules/{name}", "delete"): ("/schedules/t-no-such-schedule", None),
+    ("/schedules/{name}/pause", "post"): ("/schedules/t-no-such-schedule/pause", None),
+    ("/schedules/{name}/resume", "post"): ("/schedules/t-no-such-schedule/resume", None),
+    ("/schedules/{name}/trigger", "post"): ("/schedules/t-no-such-schedule/trigger", None),
+    ("/schedules/{name}/backfill", "post"): (
+        "/schedules/t-no-such-schedule/backfill",
+        {"from": "2025-01-01T00:00:00Z", "until": "2025-01-02T00:00:00Z"},
+    ),
     ("/tokens", "get"): ("/tokens", None),
     ("/tokens", "post"): ("/tokens", {"name": "", "scopes": []}),
     ("/tokens/{name}", "delete"): ("/tokens/no-such-token", None),
@@ -56,6 +67,7 @@ API_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
 }
 
 JOB = f"/ui/jobs/{MISSING}"
+SCHEDULE = "/ui/schedules/t-no-such-schedule"  # a schedule that does not exist: a 404
 # console endpoint -> (method, path, form): what each page or action is asked with
 CONSOLE_REQUESTS: dict[str, list[tuple[str, str, dict[str, str] | None]]] = {
     "overview": [("GET", "/ui/", None)],
@@ -66,6 +78,21 @@ CONSOLE_REQUESTS: dict[str, list[tuple[str, str, dict[str, str] | None]]] = {
     "retry_many": [
         ("GET", "/ui/jobs/retry?status=dead&type=no-such-type", None),
         ("POST", "/ui/jobs/retry", {"status": "dead", "type": "no-such-type"}),
+    ],
+    "schedules": [("GET", "/ui/schedules", None)],
+    # the create form's first POST asks (a confirmation page) and writes nothing
+    "schedule_create": [
+        ("POST", "/ui/schedules", {"name": "t-scopes-asked", "type": "noop", "cron": "0 0 1 1 *"}),
+    ],
+    "schedule": [("GET", SCHEDULE, None)],
+    **{
+        f"schedule_{action}": [("GET", f"{SCHEDULE}/{action}", None),
+                               ("POST", f"{SCHEDULE}/{action}", {})]
+        for action in ("pause", "resume", "trigger", "delete")
+    },
+    "schedule_backfill": [
+        ("GET", f"{SCHEDULE}/backfill?from=2025-01-01T00:00&until=2025-01-02T00:00", None),
+        ("POST", f"{SCHEDULE}/backfill", {"from": "2025-01-01T00:00", "until": "2025-01-02T00:00"}),
     ],
     "workers": [("GET", "/ui/workers", None)],
     "audit": [("GET", "/ui/audit", None)],
