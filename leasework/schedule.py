@@ -23,7 +23,7 @@ schedulers race for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -275,6 +275,11 @@ class Definition:
     @property
     def calendar(self) -> Cron:
         return Cron(self.cron, self.timezone)
+
+    def as_json(self) -> dict[str, Any]:
+        """Every field as JSON (the policies by name): the api's view of it, and the store's
+        row but for the payload's wrapper."""
+        return {**asdict(self), "overlap": str(self.overlap), "catch_up": str(self.catch_up)}
 
     @property
     def policy(self) -> Policy:

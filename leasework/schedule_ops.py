@@ -270,7 +270,7 @@ class Toggled:
 def _set_paused(
     conn: psycopg.Connection, name: str, paused: bool, actor: Actor, now: datetime
 ) -> Toggled:
-    current = store.schedule_lock(conn, name)
+    current = store.schedule_get(conn, name, for_update=True)
     if current is None or current.paused == paused:
         return Toggled(current, False)
     # resumed, it starts from its first tick after now: the ticks that came due while it was
@@ -333,7 +333,7 @@ def backfill(
     job each; ticks that fired before are left alone, so a second backfill of a range makes
     none. None if there is no such schedule; :class:`TooManyTicks` for a range of more than
     :data:`MAX_BACKFILL` ticks (nothing written)."""
-    schedule = store.schedule_lock(conn, name)
+    schedule = store.schedule_get(conn, name, for_update=True)
     if schedule is None:
         return None
     nominal = backfill_ticks(schedule.definition, since, until)
@@ -357,7 +357,7 @@ def delete(conn: psycopg.Connection, name: str, actor: Actor) -> store.StoredSch
     """Delete a schedule and its ticks, returning it as it was; its jobs stay (they keep
     its name). None if there is no such schedule. One its app still declares is stored
     again when a process of that app next starts."""
-    removed = store.schedule_remove(conn, name)
+    removed = store.schedule_delete(conn, name)
     if removed is not None:
         _audit(conn, actor, "schedule-delete", name, source=removed.source)
     return removed

@@ -33,17 +33,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def definition_view(d: Definition) -> dict[str, Any]:
-    return {
-        "name": d.name,
-        "type": d.type,
-        "payload": d.payload,
-        "cron": d.cron,
-        "timezone": d.timezone,
-        "overlap": str(d.overlap),
-        "catch_up": str(d.catch_up),
-        "catch_up_limit": d.catch_up_limit,
-        "grace_seconds": d.grace_seconds,
-    }
+    return d.as_json()
 
 
 def stored_view(s: store.StoredSchedule) -> dict[str, Any]:

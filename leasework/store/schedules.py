@@ -107,17 +107,7 @@ class ScheduleView:
 
 
 def _definition_row(d: Definition) -> dict[str, Any]:
-    return {
-        "name": d.name,
-        "type": d.type,
-        "payload": Jsonb(d.payload),
-        "cron": d.cron,
-        "timezone": d.timezone,
-        "overlap": str(d.overlap),
-        "catch_up": str(d.catch_up),
-        "catch_up_limit": d.catch_up_limit,
-        "grace_seconds": d.grace_seconds,
-    }
+    return {**d.as_json(), "payload": Jsonb(d.payload)}
 
 
 def schedules_reconcile(
@@ -182,9 +172,14 @@ def schedule_create(
     return StoredSchedule.from_row(row) if row else None
 
 
-def schedule_get(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
+def schedule_get(
+    conn: psycopg.Connection, name: str, *, for_update: bool = False
+) -> StoredSchedule | None:
+    """A schedule; None if there is no such schedule. ``for_update`` locks it for the rest of
+    the caller's transaction (a fire pass holding it is waited for)."""
+    lock = " FOR UPDATE" if for_update else ""
     row = conn.execute(
-        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = %s", (name,)
+        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = %s{lock}", (name,)
     ).fetchone()
     return StoredSchedule.from_row(row) if row else None
 
@@ -274,9 +269,13 @@ def schedule_set_paused(
     return StoredSchedule.from_row(row) if row else None
 
 
-def schedule_delete(conn: psycopg.Connection, name: str) -> bool:
-    """Delete a schedule and its ticks; its jobs stay (they keep the schedule's name)."""
-    return conn.execute("DELETE FROM schedules WHERE name = %s", (name,)).rowcount > 0
+def schedule_delete(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
+    """Delete a schedule and its ticks, returning it as it was; None if there was no such
+    schedule. Its jobs stay (they keep the schedule's name)."""
+    row = conn.execute(
+        f"DELETE FROM schedules WHERE name = %s RETURNING {SCHEDULE_COLUMNS}", (name,)
+    ).fetchone()
+    return StoredSchedule.from_row(row) if row else None
 
 
 @dataclass(frozen=True)
@@ -600,21 +599,3 @@ def schedule_summary(conn: psycopg.Connection, name: str) -> ScheduleSummary | N
     """One schedule, summarised; None if there is no such schedule."""
     found = _summaries(conn, "WHERE s.name = %(name)s", {"name": name})
     return found[0] if found else None
-
-
-def schedule_lock(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
-    """A schedule, locked for the rest of the caller's transaction (``FOR UPDATE``: a fire
-    pass holding it is waited for); None if there is no such schedule."""
-    row = conn.execute(
-        f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE name = %s FOR UPDATE", (name,)
-    ).fetchone()
-    return StoredSchedule.from_row(row) if row else None
-
-
-def schedule_remove(conn: psycopg.Connection, name: str) -> StoredSchedule | None:
-    """Delete a schedule and its ticks (as :func:`schedule_delete`), returning it as it was;
-    None if there was no such schedule."""
-    row = conn.execute(
-        f"DELETE FROM schedules WHERE name = %s RETURNING {SCHEDULE_COLUMNS}", (name,)
-    ).fetchone()
-    return StoredSchedule.from_row(row) if row else None
