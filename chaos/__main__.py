@@ -36,6 +36,9 @@ def _list(args: argparse.Namespace) -> int:
             mode += f"  [{len(s.schedules)} schedule(s), {relays} relay(s)]"
         if any(r.unsafe_scheduler for r in s.relays):
             mode += "  [scheduler UNSAFE]"
+        if s.unique is not None:
+            mode += f"  [unique load, {s.unique.inserters} inserters]"
+            mode += "  [unique UNSAFE]" if s.unique.unsafe else ""
         print(
             f"{s.name:<{width}}  ~{runner.seconds_estimate(s):4.0f}s + quiet  "
             f"{len(s.faults):2d} fault(s): {faults}{mode}"

@@ -5,16 +5,18 @@ checks of what it saw, each a checker composed by name into one :class:`Judgemen
 ``max_doubled`` (with ``expect_doubled``, the unsafe run, a run *without* duplicate effects
 fails: the harness showed it cannot fail), a run's schedules' missing, doubled, lost (and, if
 bounded, late) ticks to ``max_missing_ticks`` and the rest (``expect_doubled_ticks`` for the
-unsafe scheduler's run), every other finding of the history checkers counts as it is, and
-the recovery bound, the alerts that must fire and their notifications (each expected alert
-that fired must also have reached the api's webhook through Alertmanager, a finding of kind
-``alert_not_delivered`` when it did not) are checked.
+unsafe scheduler's run), a unique load's violations together to ``max_unique_violations``
+(``expect_doubled_keys`` for the unsafe, check-then-insert load), every other finding of the
+history checkers counts as it is, and the recovery bound, the alerts that must fire and
+their notifications (each expected alert that fired must also have reached the api's webhook
+through Alertmanager, a finding of kind ``alert_not_delivered`` when it did not) are checked.
 
 :data:`HARNESS` judge what the runner saw besides (so that no run passes vacuously or on a
 stack someone else drove): a leasework process that crashed, interference, faults that did
 not inject or heal or met no work, the API's "nothing was written" that had written, the
 backlog drain bound, and evidence that the faults hit (redeliveries, unknown submits that
-landed, messages produced twice, expected alerts not already firing at the start).
+landed, messages produced twice, expected alerts not already firing at the start, unique
+inserters that met on a key: duplicates answered, waiters that inserted after a rollback).
 
 Pure: the :class:`Evidence` is gathered by the runner.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chaos.checker import UNKNOWN, Checker, Composed, Finding, Result, Validity, compose
+from chaos.unique_keys import VIOLATIONS as UNIQUE_VIOLATIONS
 
 if TYPE_CHECKING:
     from chaos.messages import MessageView
@@ -93,7 +96,12 @@ def _too_slow(kind: str, text: str, bound: float) -> Finding:
 # ---------------------------------------------------------------- the expectations
 
 # findings that expectations bound by count, instead of failing on sight
-_COUNTED = frozenset({"lost", "doubled", "tick_missing", "tick_doubled", "tick_lost"})
+_COUNTED = frozenset(
+    {"lost", "doubled", "tick_missing", "tick_doubled", "tick_lost"}
+    | {f"unique_{name}" for name in UNIQUE_VIOLATIONS}
+)
+# what the unsafe unique load (check-then-insert) must show, and what comes with it
+_UNSAFE_UNIQUE = ("doubled", "created_twice")
 
 
 def history_findings(e: Evidence) -> Iterator[Finding]:
@@ -166,6 +174,37 @@ def ticks_bound(e: Evidence) -> Iterator[Finding]:
             )
 
 
+def unique_bound(e: Evidence) -> Iterator[Finding]:
+    """The run's unique keys (:mod:`chaos.unique_keys`): every violation together held to
+    ``max_unique_violations``; with ``expect_doubled_keys`` (the unsafe, check-then-insert
+    load) a run without a doubled key fails, and its doubled keys (and the answers that each
+    created one) are what it shows, not violations."""
+    unique, x = e.verdict.unique, e.expect
+    if unique is None:
+        if x.expect_doubled_keys:
+            # as for ticks: nothing checked shows nothing, either way
+            yield Finding("unique_doubled", UNKNOWN, "unique_doubled: no key was checked")
+        return
+    counted = UNIQUE_VIOLATIONS
+    if x.expect_doubled_keys:
+        counted = tuple(n for n in UNIQUE_VIOLATIONS if n not in _UNSAFE_UNIQUE)
+        if unique.doubled == 0:
+            yield Finding(
+                "unique_doubled",
+                False,
+                "unique_doubled: expected doubled keys (check-then-insert without the index) "
+                "but saw none: this run could not have failed",
+            )
+    seen = {name: unique.total(name) for name in counted if unique.total(name)}
+    if sum(seen.values()) > x.max_unique_violations:
+        text = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in seen.items())
+        yield Finding(
+            "unique",
+            False,
+            f"unique keys: {text}; at most {x.max_unique_violations} allowed",
+        )
+
+
 def recovery_bound(e: Evidence) -> Iterator[Finding]:
     """A fault with no job finished after it is ``unknown`` against the bound."""
     bound = e.expect.recovery_seconds
@@ -228,6 +267,7 @@ EXPECTATIONS: Mapping[str, Checker[Evidence]] = {
     "lost": lost_bound,
     "doubled": doubled_bound,
     "ticks": ticks_bound,
+    "unique": unique_bound,
     "recovery": recovery_bound,
     "alerts": alerts_fired,
     "alerts_delivered": alerts_delivered,
@@ -359,6 +399,24 @@ def duplicate_messages(e: Evidence) -> Iterator[Finding]:
         )
 
 
+def unique_contention(e: Evidence) -> Iterator[Finding]:
+    """Evidence that the unique load's inserters really met: committed answers of duplicate
+    and keys a waiter created after the holder rolled back."""
+    unique, x = e.verdict.unique, e.expect
+    for name, wanted, what in (
+        ("duplicates", x.min_unique_duplicates, "committed answer(s) of duplicate"),
+        ("handoffs", x.min_unique_handoffs, "key(s) created by a waiter after a rollback"),
+    ):
+        seen = None if unique is None else getattr(unique, name)
+        if wanted and (seen is None or seen < wanted):
+            yield Finding(
+                "evidence",
+                UNKNOWN,
+                f"evidence: {'unknown' if seen is None else seen} {what}, at least {wanted} "
+                "expected: the inserters did not contend, so the run shows nothing about it",
+            )
+
+
 HARNESS: Mapping[str, Checker[Evidence]] = {
     "crash": crashes,
     "interference": interference,
@@ -369,6 +427,7 @@ HARNESS: Mapping[str, Checker[Evidence]] = {
     "unknown_landed": unknown_landed,
     "alerts_at_start": alerts_not_firing_at_start,
     "duplicate_messages": duplicate_messages,
+    "unique_contention": unique_contention,
 }
 
 

@@ -61,6 +61,16 @@ A scenario file (``scenarios/*.toml``)::
     grace_seconds = 60
     timezone = "UTC"
 
+    [unique]                       # optional: inserters fighting over unique keys
+    inserters = 8                  # concurrent inserters, for the workload's duration
+    keys = 3                       # new keys each generation, all inserters on each
+    generation_seconds = 1.0
+    doors = ["http", "batch", "enqueue", "enqueue_many", "sql"]
+    rollback = 0.3                 # the harness's own transactions roll back this often
+    hold_seconds = 0.2             # and hold their insert up to this long first
+    timeout = 3.0                  # an HTTP insert's timeout (then its outcome is unknown)
+    unsafe = false                 # true: check-then-insert without the index (must double)
+
     [expect]
     max_lost = 0
     max_doubled = 0
@@ -76,6 +86,10 @@ A scenario file (``scenarios/*.toml``)::
     expect_doubled_ticks = false   # true with an unsafe_scheduler relay: doubled ticks must show
     late_tick_seconds = 5.0        # fired later than this after its instant counts as late
     max_late_ticks = 10            # optional: without it late ticks are counted, never failed
+    max_unique_violations = 0      # unique keys (chaos.unique_keys): doubled, dropped, ...
+    expect_doubled_keys = false    # true with [unique] unsafe = true: a key must double
+    min_unique_duplicates = 0      # evidence: committed answers of duplicate
+    min_unique_handoffs = 0        # evidence: a waiter created the job after a rollback
 
 Loading is strict: an unknown key, a wrong type or a value out of range raises
 :class:`ScenarioError` naming the file and the field (``faults[1].target``).
@@ -110,8 +124,10 @@ from chaos.scenario import (
     RelaySpec,
     Scenario,
     ScheduleSpec,
+    UniqueSpec,
     WorkloadSpec,
 )
+from chaos.unique_keys import DOORS
 from devstack.layout import EXTRA_RELAYS
 from leasework.schedule import ScheduleError
 
@@ -421,6 +437,26 @@ def _schedules(top: _Table) -> tuple[ScheduleSpec, ...]:
     return tuple(schedules)
 
 
+def _unique(table: _Table | None) -> UniqueSpec | None:
+    if table is None:
+        return None
+    doors = table.strings("doors", DOORS)
+    if unknown := [d for d in doors if d not in DOORS]:
+        raise table.fail("doors", f"{unknown} are not doors; give some of {', '.join(DOORS)}")
+    spec = UniqueSpec(
+        inserters=table.number("inserters", 8, integer=True, low=1, high=64),
+        keys=table.number("keys", 3, integer=True, low=1, high=1000),
+        generation_seconds=table.number("generation_seconds", 1.0, above=True, high=3600),
+        doors=doors,
+        rollback=table.number("rollback", 0.3, high=1.0),
+        hold_seconds=table.number("hold_seconds", 0.2, high=10.0),
+        timeout=table.number("timeout", 3.0, above=True, high=60.0),
+        unsafe=table.boolean("unsafe", False),
+    )
+    table.done()
+    return spec
+
+
 def _expectations(table: _Table | None) -> Expectations:
     if table is None:
         return Expectations()
@@ -439,6 +475,10 @@ def _expectations(table: _Table | None) -> Expectations:
         expect_doubled_ticks=table.boolean("expect_doubled_ticks", False),
         late_tick_seconds=table.number("late_tick_seconds", 5.0, high=86_400),
         max_late_ticks=table.number("max_late_ticks", None, integer=True),
+        max_unique_violations=table.number("max_unique_violations", 0, integer=True),
+        expect_doubled_keys=table.boolean("expect_doubled_keys", False),
+        min_unique_duplicates=table.number("min_unique_duplicates", 0, integer=True),
+        min_unique_handoffs=table.number("min_unique_handoffs", 0, integer=True),
     )
     table.done()
     return expect
@@ -456,6 +496,7 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
     relays = _relays(top)
     running = {r.name for r in relays}
     schedules = _schedules(top)
+    unique = _unique(top.table("unique"))
 
     faults: list[FaultSpec] = []
     for table in _tables(top, "faults"):
@@ -489,6 +530,13 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
             "true: with the scheduler's guards on, a doubled tick is exactly what must not "
             "happen",
         )
+    if expect.expect_doubled_keys and not (unique and unique.unsafe):
+        raise ScenarioError(
+            source,
+            "expect.expect_doubled_keys",
+            "true only makes sense with [unique] unsafe = true: with the unique index, a "
+            "doubled key is exactly what must not happen",
+        )
     top.done()
     return Scenario(
         name=name,
@@ -501,6 +549,7 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
         source=source,
         relays=relays,
         schedules=schedules,
+        unique=unique,
     )
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from chaos.checker import Validity
 from chaos.history import Op, fault_windows
@@ -24,6 +24,7 @@ from chaos.scenario import Scenario
 from chaos.tables import jsonable
 from chaos.ticks import TickVerdict
 from chaos.timeline import render_svg, throughput
+from chaos.unique_keys import UniqueVerdict
 from chaos.verdict import Verdict
 
 REPORT_JSON = "report.json"
@@ -116,6 +117,8 @@ def render_markdown(
 
     if verdict.ticks is not None:
         lines += ticks_markdown(verdict.ticks)
+    if verdict.unique is not None:
+        lines += unique_markdown(verdict.unique)
 
     lines += ["## Fault timeline", ""]
     if verdict.recovery:
@@ -189,6 +192,23 @@ def scenario_schedule_rows(scenario: Scenario) -> list[tuple[str, Any]]:
                 f"{spec.overlap}, catch-up {spec.catch_up} up to {spec.catch_up_limit}",
             )
         )
+    if (u := scenario.unique) is not None:
+        rows.append(
+            (
+                "unique load",
+                f"{u.inserters} inserters, {u.keys} keys each {u.generation_seconds:g}s, doors "
+                f"{', '.join(u.doors)}, rollback {u.rollback:g}, hold up to {u.hold_seconds:g}s"
+                + (", UNSAFE check-then-insert" if u.unsafe else ""),
+            )
+        )
+        e = scenario.expect
+        doubled = "expected (unsafe)" if e.expect_doubled_keys else "counted"
+        rows.append(
+            (
+                "expect: unique violations / doubled keys",
+                f"≤ {e.max_unique_violations} / {doubled}",
+            )
+        )
     if scenario.schedules:
         e = scenario.expect
         doubled = "expected (unsafe)" if e.expect_doubled_ticks else f"≤ {e.max_doubled_ticks}"
@@ -201,6 +221,46 @@ def scenario_schedule_rows(scenario: Scenario) -> list[tuple[str, Any]]:
             )
         )
     return rows
+
+
+def unique_markdown(unique: UniqueVerdict) -> list[str]:
+    """The unique load's section of report.md: its keys, and its inserts by door."""
+    lines = [
+        "## Unique keys",
+        "",
+        "Every key the unique load fought over, against the jobs holding it "
+        "(`chaos/unique_keys.py`): at most one job per key, one for every key an insert "
+        "committed, every committed answer naming it, none for a key whose inserts all "
+        "rolled back or failed.",
+        "",
+    ]
+    lines += _table(
+        ["keys", "committed", "jobs", "duplicates answered", "handoffs", "doubled", "dropped"]
+        + ["wrong answer", "created twice", "phantom"],
+        [
+            (
+                unique.keys,
+                unique.keys_committed,
+                unique.jobs,
+                unique.duplicates,
+                unique.handoffs,
+                unique.doubled,
+                unique.dropped,
+                unique.wrong_answer,
+                unique.created_twice,
+                unique.phantom,
+            )
+        ],
+    )
+    lines.append("")
+    lines += _table(
+        ["door", "committed", "rolled back", "failed", "unknown"],
+        [
+            (door, c["committed"], c["rolled_back"], c["failed"], c["unknown"])
+            for door, c in unique.by_door.items()
+        ],
+    )
+    return [*lines, ""]
 
 
 def _skips_text(skipped: Mapping[str, int]) -> str:
@@ -307,28 +367,75 @@ class TickSummaryRow:
         )
 
 
-TICK_HEADERS = tuple(f.name for f in dataclasses.fields(TickSummaryRow))
+@dataclass(frozen=True)
+class UniqueSummaryRow:
+    """One scenario's unique keys in the summary of a run of many: keys, keys with an
+    insert committed, jobs holding them, committed answers of duplicate, keys a waiter
+    created after a rollback, and the violations (``other``: wrong answers, created twice,
+    phantoms)."""
+
+    scenario: str
+    keys: int
+    committed: int
+    jobs: int
+    duplicates: int
+    handoffs: int
+    doubled: int
+    dropped: int
+    other: int
+    result: str
+
+    @classmethod
+    def of(cls, scenario: str, unique: Mapping[str, Any], result: str) -> UniqueSummaryRow:
+        """From a verdict's ``unique`` as report.json holds it (``UniqueVerdict.to_dict``)."""
+        return cls(
+            scenario,
+            unique["keys"],
+            unique["keys_committed"],
+            unique["jobs"],
+            unique["duplicates"],
+            unique["handoffs"],
+            unique["doubled"],
+            unique["dropped"],
+            unique["wrong_answer"] + unique["created_twice"] + unique["phantom"],
+            result,
+        )
+
+
+Row = TypeVar("Row", TickSummaryRow, UniqueSummaryRow)
+
+
+def _verdict_rows(
+    directory: str | os.PathLike[str],
+    part: str,
+    of: Callable[[str, Mapping[str, Any], str], Row],
+) -> list[Row]:
+    rows = []
+    for path in sorted(Path(directory).glob(f"*/{REPORT_JSON}")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if found := data["verdict"].get(part):
+            rows.append(of(data["scenario"]["name"], found, data["summary"]["result"]))
+    return rows
 
 
 def tick_summary_rows(directory: str | os.PathLike[str]) -> list[TickSummaryRow]:
     """The tick rows of every report under ``directory`` that ran schedules."""
-    rows = []
-    for path in sorted(Path(directory).glob(f"*/{REPORT_JSON}")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        ticks = data["verdict"].get("ticks")
-        if ticks:
-            rows.append(
-                TickSummaryRow.of(data["scenario"]["name"], ticks, data["summary"]["result"])
-            )
-    return rows
+    return _verdict_rows(directory, "ticks", TickSummaryRow.of)
 
 
-def tick_summary_table(rows: Sequence[TickSummaryRow]) -> str:
-    """The schedules' ticks of a run of many, as a Markdown table (empty without any)."""
+def unique_summary_rows(directory: str | os.PathLike[str]) -> list[UniqueSummaryRow]:
+    """The unique-key rows of every report under ``directory`` that ran a unique load."""
+    return _verdict_rows(directory, "unique", UniqueSummaryRow.of)
+
+
+def part_summary_table(rows: Sequence[TickSummaryRow | UniqueSummaryRow]) -> str:
+    """The schedules' ticks, or the unique keys, of a run of many, as a Markdown table
+    (empty without any)."""
     if not rows:
         return ""
-    cells = [[getattr(row, h) for h in TICK_HEADERS] for row in rows]
-    return "\n".join(_table(TICK_HEADERS, cells)) + "\n"
+    headers = tuple(f.name for f in dataclasses.fields(rows[0]))
+    cells = [[getattr(row, h) for h in headers] for row in rows]
+    return "\n".join(_table(headers, cells)) + "\n"
 
 
 # ---------------------------------------------------------------- summary rows

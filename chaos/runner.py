@@ -9,7 +9,8 @@ For each scenario:
    proxies; the stack's relay restarted with the scenario's options for it, and the extra
    relays it asks for (``relay-2``, ``relay-3``) started.
 3. **Run.** The scenario's schedules are created (:mod:`chaos.schedules`); the workload
-   (:mod:`chaos.workload`) and the fault schedule (:mod:`chaos.nemesis`) run side by side in
+   (:mod:`chaos.workload`), its unique load if it has one (:mod:`chaos.unique_load`) and
+   the fault schedule (:mod:`chaos.nemesis`) run side by side in
    one nursery, while the processes' counters are scraped every second. Whatever happens (an
    error, Ctrl-C), every fault is healed (``finally``, shielded from cancellation). The
    schedules are paused once the tick due when the load ended has been handled.
@@ -21,7 +22,9 @@ For each scenario:
    effect of its job, :mod:`chaos.shop`) and mail ledger, and the run's messages straight
    from Kafka (inter-broker listeners), and the schedules' windows, tick rows, jobs and
    effects (deleting the schedules after), run the history checkers (:mod:`chaos.verdict`,
-   the tick checker :mod:`chaos.ticks` among them),
+   the tick checker :mod:`chaos.ticks` and the unique-keys checker
+   :mod:`chaos.unique_keys` among them, the latter on the unique load's inserts and the jobs
+   holding their keys),
    judge against the scenario's expectations plus the harness's own checks
    (:mod:`chaos.judge`): evidence that the fault hit (redeliveries,
    unknown submits that landed, messages produced twice), the backlog drain bound, faults
@@ -70,11 +73,13 @@ from chaos.report import (
     REPORT_JSON,
     SummaryRow,
     TickSummaryRow,
+    UniqueSummaryRow,
+    part_summary_table,
     record_summary_row,
     summary_row_from_report,
     summary_table,
     tick_summary_rows,
-    tick_summary_table,
+    unique_summary_rows,
     write_report,
 )
 from chaos.scenario import Scenario
@@ -93,6 +98,8 @@ from chaos.stack import (
 from chaos.tables import TABLES_JSON, read_tables, save_tables
 from chaos.ticks import TickObservation
 from chaos.toxiproxy import ToxiproxyClient
+from chaos.unique_keys import UniqueObservation
+from chaos.unique_load import UniqueLoad, read_unique_jobs
 from chaos.verdict import Verdict, check
 from chaos.workload import WorkloadClient, backlog_drain, client_view
 from devstack import Stack
@@ -297,6 +304,18 @@ class _Run:
             submit_timeout=spec.submit_timeout,
             retry_until=max(spec.duration, _last_fault_stop(scenario)) + RETRY_GRACE,
         )
+        self.unique = (
+            UniqueLoad(
+                scenario.unique,
+                prefix=prefix,
+                duration=spec.duration,
+                now=self.recorder.now,
+                seed=seed,
+                base_url=API_URL,
+            )
+            if scenario.unique is not None
+            else None
+        )
 
     async def run(self, setup: Setup, prometheus: RunPrometheus) -> RunResult:
         t_start = time.monotonic()
@@ -325,10 +344,20 @@ class _Run:
             if ticks is not None
             else ""
         )
+        unique = verdict.unique
+        unique_text = (
+            f"unique keys {unique.keys}, committed {unique.keys_committed}, jobs {unique.jobs}, "
+            f"duplicates answered {unique.duplicates}, handoffs {unique.handoffs}, "
+            f"doubled {unique.doubled}, dropped {unique.dropped}, other violations "
+            f"{unique.violations - unique.doubled - unique.dropped}; "
+            if unique is not None
+            else ""
+        )
         self.log(
             f"verdict: accepted {verdict.accepted}, lost {verdict.lost}, "
             f"doubled {verdict.doubled}, executions {verdict.total_executions}, "
             f"unknown landed {record.details.client_view.unknown_landed}; {tick_text}"
+            f"{unique_text}"
             f"expectations {judgement.passed} -> {self.directory}"
         )
         return RunResult(self.scenario, self.directory, time.monotonic() - t_start, record)
@@ -364,6 +393,8 @@ class _Run:
                 outer.start_soon(sampler.run)
                 async with trio.open_nursery() as inner:
                     inner.start_soon(self.workload.run)
+                    if self.unique is not None:
+                        inner.start_soon(self.unique.run)
                     inner.start_soon(nemesis.run_schedule, self.scenario.faults, self.origin)
                 outer.cancel_scope.cancel()
         finally:
@@ -387,6 +418,13 @@ class _Run:
         await sampler.sample_all()
         tables = await trio.to_thread.run_sync(read_tables, self.prefix)
         tables.update(await trio.to_thread.run_sync(self.schedules.read))
+        if self.unique is not None:
+            tables["unique_inserts"] = [i.to_dict() for i in self.unique.inserts]
+            tables["unique_jobs"] = await trio.to_thread.run_sync(read_unique_jobs, self.prefix)
+            log(
+                f"unique: {len(self.unique.inserts)} insert item(s) over "
+                f"{len({i.key for i in self.unique.inserts})} key(s)"
+            )
         kafka_messages: list[dict[str, Any]] | None = None
         if offsets is not None:
             try:
@@ -454,6 +492,7 @@ class _Run:
             ticks=TickObservation.from_tables(
                 tables, late_seconds=scenario.expect.late_tick_seconds
             ),
+            unique=UniqueObservation.from_tables(tables),
         )
         view = client_view(history, tables["jobs"])
         drains = backlog_drain(history, tables["jobs"], run_started_at)
@@ -545,23 +584,31 @@ def _short_faults(row: SummaryRow, limit: int = 48) -> SummaryRow:
 
 
 def summary(results: Sequence[RunResult], *, fmt: str = "plain") -> str:
-    """One row per scenario run; then, for the scenarios with schedules, their ticks."""
-    rows, tick_rows = [], []
+    """One row per scenario run; then, for the scenarios with schedules, their ticks, and
+    for those with a unique load, their keys."""
+    rows, tick_rows, unique_rows = [], [], []
     for result in results:
         if result.record is None:
             continue
         row = record_summary_row(result.record)
         rows.append(_short_faults(row) if fmt == "plain" else row)
-        ticks = result.record.verdict.ticks
-        if ticks is not None:
-            tick_rows.append(TickSummaryRow.of(row.scenario, ticks.to_dict(), row.result))
+        verdict = result.record.verdict
+        if verdict.ticks is not None:
+            tick_rows.append(TickSummaryRow.of(row.scenario, verdict.ticks.to_dict(), row.result))
+        if verdict.unique is not None:
+            unique = verdict.unique.to_dict()
+            unique_rows.append(UniqueSummaryRow.of(row.scenario, unique, row.result))
     text = summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
-    if tick_rows:
-        text += "\nSchedule ticks:\n\n" + tick_summary_table(tick_rows)
+    text += _parts(part_summary_table(tick_rows), part_summary_table(unique_rows))
     for result in results:
         if result.error is not None:
             text += f"{result.scenario.name}: ERROR {result.error}\n"
     return text
+
+
+def _parts(ticks: str, unique: str) -> str:
+    text = "\nSchedule ticks:\n\n" + ticks if ticks else ""
+    return text + ("\nUnique keys:\n\n" + unique if unique else "")
 
 
 def summary_of_directory(directory: Path, *, fmt: str = "plain") -> str:
@@ -573,8 +620,8 @@ def summary_of_directory(directory: Path, *, fmt: str = "plain") -> str:
     if fmt == "plain":
         rows = [_short_faults(row) for row in rows]
     text = summary_table(rows, fmt=fmt) if rows else ""  # type: ignore[arg-type]
-    ticks = tick_summary_table(tick_summary_rows(directory))
-    return text + ("\nSchedule ticks:\n\n" + ticks if ticks else "")
+    ticks = part_summary_table(tick_summary_rows(directory))
+    return text + _parts(ticks, part_summary_table(unique_summary_rows(directory)))
 
 
 def exit_code(results: Sequence[RunResult]) -> int:

@@ -133,6 +133,12 @@ class Expectations:
     expect_doubled_ticks: bool = False  # the unsafe scheduler's run must show a doubled tick
     late_tick_seconds: float = 5.0  # a tick fired later than this after its instant is late
     max_late_ticks: int | None = None  # None: late ticks are counted, never a failure
+    # the run's unique keys (chaos.unique_keys): doubled, dropped, wrongly answered, created
+    # twice or phantom keys, all together; evidence that inserters really met on a key
+    max_unique_violations: int = 0
+    expect_doubled_keys: bool = False  # the unsafe (check-then-insert) run must double a key
+    min_unique_duplicates: int = 0  # committed answers of duplicate
+    min_unique_handoffs: int = 0  # keys created by a waiter after the first holder rolled back
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,27 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True)
+class UniqueSpec:
+    """The run's unique load (:mod:`chaos.unique_load`): ``inserters`` concurrent inserters
+    insert echo jobs unique by their payload's ``k`` in every state, through ``doors``, for
+    the workload's duration. Each ``generation_seconds`` brings ``keys`` new keys, so every
+    key is fought over by all the inserters at once. A transaction of the harness's own
+    (``enqueue``, ``enqueue_many``, ``sql``) holds its insert up to ``hold_seconds`` and
+    rolls back with probability ``rollback``. ``unsafe``: no unique index asked; the
+    inserters check for the key first and insert when they see none (check-then-insert, as
+    an application without the index would): keys must double."""
+
+    inserters: int = 8
+    keys: int = 3
+    generation_seconds: float = 1.0
+    doors: tuple[str, ...] = ("http", "batch", "enqueue", "enqueue_many", "sql")
+    rollback: float = 0.3
+    hold_seconds: float = 0.2
+    timeout: float = 3.0  # an HTTP insert's timeout (then its outcome is unknown)
+    unsafe: bool = False
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
@@ -203,6 +230,7 @@ class Scenario:
     source: str = "<memory>"
     relays: tuple[RelaySpec, ...] = ()  # relays with options, or started for the run
     schedules: tuple[ScheduleSpec, ...] = ()
+    unique: UniqueSpec | None = None
 
     @property
     def extra_relays(self) -> tuple[str, ...]:

@@ -23,6 +23,10 @@ The checkers (:data:`HISTORY_CHECKERS`), each on the same :class:`Observed` run:
                 ``tick_doubled``, ``tick_lost``, ``tick_skip``, ``tick_stray``, ``tick_dead``,
                 ``tick_effect``, ``tick_not_due`` and ``tick_empty`` (unknown); nothing
                 for a run without schedules
+``unique``      the run's unique keys (:mod:`chaos.unique_keys`): ``unique_doubled``,
+                ``unique_dropped``, ``unique_wrong_answer``, ``unique_created_twice``,
+                ``unique_phantom`` and ``unique_empty`` (unknown); nothing for a run
+                without a unique load
 ==============  ===========================================================================
 
 :func:`chaos.judge.judge` then holds a verdict to a scenario's expectations.
@@ -49,6 +53,7 @@ from chaos.rows import (
     row_of,
 )
 from chaos.ticks import TickObservation, TickVerdict, check_ticks
+from chaos.unique_keys import UniqueObservation, UniqueVerdict, check_unique
 from leasework.states import TERMINAL, WAITING, Status
 
 
@@ -110,6 +115,8 @@ class Verdict:
     results: tuple[Result, ...] = field(default=(), repr=False)
     # the run's schedules, tick by tick (None: the run had none, or the checker crashed)
     ticks: TickVerdict | None = None
+    # the run's unique keys (None: the run had no unique load, or the checker crashed)
+    unique: UniqueVerdict | None = None
 
     @property
     def finished(self) -> int:
@@ -154,6 +161,7 @@ class Verdict:
             "quiet_at": self.quiet_at,
             "unmatched_jobs": self.unmatched_jobs,
             "ticks": self.ticks.to_dict() if self.ticks is not None else None,
+            "unique": self.unique.to_dict() if self.unique is not None else None,
         }
 
 
@@ -206,6 +214,7 @@ class Observed:
     quiet_at: float  # history time
     quiet_wall: datetime | None
     ticks: TickObservation | None = None  # the run's schedules, if it had any
+    unique: UniqueObservation | None = None  # the run's unique load, if it had one
 
     @classmethod
     def of(
@@ -218,6 +227,7 @@ class Observed:
         quiet_at: float,
         run_started_at: datetime | str | None,
         ticks: TickObservation | None = None,
+        unique: UniqueObservation | None = None,
     ) -> Observed:
         origin = as_datetime(run_started_at)
         quiet_wall = origin + timedelta(seconds=quiet_at) if origin is not None else None
@@ -260,6 +270,7 @@ class Observed:
             quiet_at=quiet_at,
             quiet_wall=quiet_wall,
             ticks=ticks,
+            unique=unique,
         )
 
     def finish_times(self) -> tuple[float, ...]:
@@ -500,6 +511,12 @@ def check_schedule_ticks(run: Observed) -> Checked:
     return check_ticks(run.ticks) if run.ticks is not None else Checked()
 
 
+def check_unique_keys(run: Observed) -> Checked:
+    """The run's unique keys (:func:`chaos.unique_keys.check_unique`); nothing to check for
+    a run without a unique load."""
+    return check_unique(run.unique) if run.unique is not None else Checked()
+
+
 HISTORY_CHECKERS: Mapping[str, Checker[Observed]] = {
     "submits": check_submits,
     "outcomes": check_outcomes,
@@ -508,6 +525,7 @@ HISTORY_CHECKERS: Mapping[str, Checker[Observed]] = {
     "recovery": check_recovery,
     "empty": check_not_empty,
     "ticks": check_schedule_ticks,
+    "unique": check_unique_keys,
 }
 
 
@@ -521,6 +539,7 @@ def check(
     run_started_at: datetime | str | None = None,
     fence_rejections: int | None = None,
     ticks: TickObservation | None = None,
+    unique: UniqueObservation | None = None,
     checkers: Mapping[str, Checker[Observed]] = HISTORY_CHECKERS,
 ) -> Verdict:
     """Check a run: ``checkers`` (by default :data:`HISTORY_CHECKERS`) composed on it.
@@ -537,7 +556,8 @@ def check(
     the tables' timestamps on the history's axis (recovery times, jobs not yet due at quiet).
     ``fence_rejections``: the count from the metrics, reported as is. ``ticks``: the run's
     schedules, their windows and rows (:class:`chaos.ticks.TickObservation`), if it had any;
-    its quiet time defaults to ``quiet_at`` on the wall clock.
+    its quiet time defaults to ``quiet_at`` on the wall clock. ``unique``: the run's unique
+    inserts and the jobs holding their keys (:class:`chaos.unique_keys.UniqueObservation`).
     """
     run = Observed.of(
         history,
@@ -547,6 +567,7 @@ def check(
         quiet_at=quiet_at,
         run_started_at=run_started_at,
         ticks=ticks,
+        unique=unique,
     )
     composed = compose(checkers, run)
     measured: dict[str, Any] = {}
@@ -588,4 +609,5 @@ def check(
         finish_times=measured.get("finish_times", ()),
         results=composed.results,
         ticks=measured.get("ticks"),
+        unique=measured.get("unique"),
     )

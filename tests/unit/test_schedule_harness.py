@@ -17,7 +17,7 @@ from chaos import schedules as run_schedules
 from chaos.links import extra_relay_envs, process_envs
 from chaos.loader import ScenarioError, loads_scenario
 from chaos.record import RunRecord
-from chaos.report import tick_summary_rows, tick_summary_table, write_report
+from chaos.report import part_summary_table, tick_summary_rows, write_report
 from chaos.runner import summary_of_directory
 from chaos.scenario import RelaySpec
 from chaos.schedules import RunSchedules
@@ -324,5 +324,5 @@ def test_the_ticks_are_in_the_report_and_the_summary(tmp_path: Path):
     assert report["verdict"]["ticks"]["totals"]["doubled"] == 1
     (row,) = tick_summary_rows(tmp_path)
     assert (row.scenario, row.expected, row.fired, row.doubled) == ("s", 3, 3, 1)
-    assert tick_summary_table([row]).splitlines()[0].startswith("| scenario | expected | fired |")
+    assert part_summary_table([row]).splitlines()[0].startswith("| scenario | expected | fired |")
     assert "Schedule ticks:" in summary_of_directory(tmp_path, fmt="markdown")

@@ -344,7 +344,7 @@ def judged(run: Run, expect: str = "", setup: str = ""):
 
 def test_the_tick_checker_is_composed_with_the_history_checkers_by_name():
     verdict, judgement = judged(Run())
-    assert [r.name for r in verdict.results][-1] == "ticks"
+    assert "ticks" in [r.name for r in verdict.results]
     assert verdict.ticks is not None and verdict.ticks.total("fired") == 10
     assert verdict.to_dict()["ticks"]["totals"]["doubled"] == 0
     # the history checkers' own "empty" (no submit) is the only finding
