@@ -120,6 +120,12 @@ class Prometheus(ReloadedService):
 
 
 SCRATCH_PORT = 9091
+# how often the scratch Prometheus sends a still-firing alert to Alertmanager again (the
+# stack's keeps Prometheus's default, a minute): its first send is usually lost (it has not
+# discovered Alertmanager yet) and a test waiting for a delivery waits for a resend, so a
+# minute's resend costs the alert tests a minute each. Alertmanager still notifies a firing
+# alert once per repeat_interval however often it is resent.
+SCRATCH_RESEND_DELAY = "10s"
 
 
 def scratch_labels(run: str) -> dict[str, str]:
@@ -140,7 +146,8 @@ def scratch_prometheus(
     """A second, throwaway Prometheus for judging alerts: empty TSDB under ``workdir``, the
     stack's scrape targets and rule files, on ``port``, sending its alerts to the stack's
     Alertmanager labelled :func:`scratch_labels` of ``run`` (by default a random one).
-    Yields its base URL once it has scraped every target, and stops it on exit.
+    Yields its base URL once it has scraped every target, and stops it on exit. It resends a
+    firing alert every :data:`SCRATCH_RESEND_DELAY` instead of every minute.
 
     The run label makes each scratch Prometheus's alerts new ones to Alertmanager: without
     it, an alert a previous run's scratch Prometheus left active there (stopped, it never
@@ -168,6 +175,7 @@ def scratch_prometheus(
             f"--config.file={config}",
             f"--storage.tsdb.path={data}",
             f"--web.listen-address={addr(port)}",
+            f"--rules.alert.resend-delay={SCRATCH_RESEND_DELAY}",
         ],
         log,
     )

@@ -109,7 +109,7 @@ def warm_up(client, count: int = 48) -> None:
         wait_status(client, job_id, {"succeeded"}, timeout=120)
 
 
-HEALTHY_SECONDS = 75  # of load, at least: past the Watchdog's first delivered resend
+HEALTHY_SECONDS = 75  # of load, at least (past the Watchdog's first delivered resend)
 
 
 def test_a_healthy_run_under_load_fires_no_alert(stack, client, tmp_path, db):
@@ -117,10 +117,10 @@ def test_a_healthy_run_under_load_fires_no_alert(stack, client, tmp_path, db):
     HEALTHY_SECONDS passed: no alert may fire but the deadman, which fires at the first
     evaluation and reaches the webhook once. A fresh Prometheus drops its first send (it has
     not found Alertmanager yet: discovery syncs every 5 s), so the first notification comes
-    with the resend a minute later; held active by Alertmanager, the Watchdog is not
-    notified again on the resends after it (once an hour, its route's repeat_interval), and
-    a second notification within the window fails the test. First in this file, so the
-    faults below cannot leak into its window."""
+    with a resend (every 10 s from the scratch Prometheus); held active by Alertmanager, the
+    Watchdog is not notified again on the resends after it (once an hour, its route's
+    repeat_interval), and a second notification within the window fails the test. First in
+    this file, so the faults below cannot leak into its window."""
     warm_up(client)
     run = f"test-{uuid.uuid4().hex[:12]}"
     with stack.scratch_prometheus(tmp_path, run=run) as url:
@@ -181,7 +181,8 @@ def test_alertmanager_down_fires_unreachable_and_delivers_what_fired_once_it_is_
     meanwhile (DeadLetters) is not delivered; LeaseworkAlertmanagerUnreachable (its scrape of
     Alertmanager fails, for 1m) and LeaseworkAlertNotificationsFailing (its sends fail) fire,
     neither deliverable. Once Alertmanager is back, Unreachable resolves at the next scrape,
-    while Prometheus's next resend (every minute) delivers DeadLetters, still firing, and
+    while Prometheus's next resend (every minute; every 10 s from the scratch Prometheus
+    this test asks) delivers DeadLetters, still firing, and
     NotificationsFailing, still firing for its 5m window: the receiver learns that
     notifications were lost."""
     expected = {UNREACHABLE, NOTIFICATIONS_FAILING, "LeaseworkDeadLetters"}
@@ -204,9 +205,10 @@ def test_alertmanager_down_fires_unreachable_and_delivers_what_fired_once_it_is_
     assert resolved.met, f"{UNREACHABLE} still firing with Alertmanager back: {resolved.value}"
     assert NOTIFICATIONS_FAILING in resolved.value, "resolved before it could be delivered"
     wanted = {NOTIFICATIONS_FAILING, "LeaseworkDeadLetters"}
-    # Prometheus resends a still-firing alert once a minute (resend_delay), counted from its
-    # last attempt while Alertmanager was down: two resends' worth, for a slow machine (CI saw
-    # 90 s pass without one on a VM with half its CPU stolen)
+    # the scratch Prometheus resends a still-firing alert every 10 s (resend_delay), counted
+    # from its last attempt while Alertmanager was down; the stack's once a minute. A wide
+    # bound for a slow machine (CI saw 90 s pass without a minute's resend on a VM with half
+    # its CPU stolen): the test ends at the delivery, not the bound
     delivered = wait_for_deliveries(wanted, prometheus.run, back, 150.0)
     assert wanted <= delivered.keys(), f"not delivered after Alertmanager returned: {delivered}"
     assert delivered["LeaseworkDeadLetters"].received_at >= back
