@@ -24,6 +24,7 @@ from leasework.errors import (
     JobFailed,
     LeaseworkError,
     Permanent,
+    StaleFence,
     UnknownJobType,
     WaitTimeout,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "JobType",
     "LeaseworkError",
     "Permanent",
+    "StaleFence",
     "Status",
     "Unique",
     "UniqueError",

@@ -9,6 +9,8 @@ from typing import Any
 
 import psycopg
 
+from leasework.downstream import Fence
+
 Effect = Callable[[psycopg.Connection], Any]
 
 
@@ -41,6 +43,13 @@ class JobContext:
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
+
+    def fence_headers(self) -> dict[str, str]:
+        """``Leasework-Job-Id`` and ``Leasework-Fence`` for a call to a service that verifies
+        the fence (:mod:`leasework.downstream`): it refuses the call of an attempt whose
+        lease a newer one took. Check its answer with
+        :func:`leasework.downstream.raise_if_stale`."""
+        return Fence(self.job_id, self.fence).headers()
 
     def fenced(self, fn: Effect) -> Effect:
         """Run ``fn(conn)`` (a psycopg connection, rows as dicts) inside the fenced outcome

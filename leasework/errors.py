@@ -39,6 +39,29 @@ class Permanent(Exception):
     """Raised by a handler when retrying cannot help: the job goes to ``dead`` at once."""
 
 
+class StaleFence(LeaseworkError):
+    """A service refused this attempt's call: it has seen a higher fence for the job, so a
+    newer attempt holds it. Raised by :func:`leasework.downstream.verify` in the service, and
+    by :func:`leasework.downstream.raise_if_stale` in the job on the service's answer; the
+    worker ends the attempt as a stale one, not as an error of the handler."""
+
+    def __init__(
+        self,
+        job_id: uuid.UUID | None,
+        fence: int | None,
+        highest: int | None,
+        *,
+        detail: str = "",
+    ) -> None:
+        self.job_id, self.fence, self.highest = job_id, fence, highest
+        seen = f"; it has seen fence {highest}" if highest is not None else ""
+        super().__init__(
+            detail
+            or f"stale fence: job {job_id}'s call with fence {fence} was refused{seen} (a "
+            "newer attempt holds the job)"
+        )
+
+
 class AppError(LeaseworkError):
     """The application's job definitions are not valid."""
 

@@ -49,6 +49,10 @@ fence_rejections = Counter(
 lease_loss_cancellations = Counter(
     "leasework_lease_loss_cancellations", "Handlers cancelled because their lease was lost"
 )
+stale_fence_refusals = Counter(
+    "leasework_stale_fence_refusals",
+    "Attempts a downstream service refused because it had seen a higher fence for the job",
+)
 lease_renewals = Counter("leasework_lease_renewals", "Lease renewals by result", ["result"])
 lease_renewal_seconds = Histogram(
     "leasework_lease_renewal_seconds",

@@ -97,6 +97,8 @@ class Executor:
         metrics.execution_seconds.labels(metrics.type_label(job.type)).observe(
             trio.current_time() - began
         )
+        if handled is not None and handled.stale:
+            metrics.stale_fence_refusals.inc()
         if running.scope.cancelled_caught and running.reason is None:
             running.reason = CancelReason.LEASE
             metrics.lease_loss_cancellations.inc()

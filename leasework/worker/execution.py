@@ -16,6 +16,7 @@ import pydantic_core
 
 from leasework.app import JobType, pydantic_field_errors
 from leasework.context import JobContext
+from leasework.errors import StaleFence
 from leasework.jsonlimits import MAX_RESULT_BYTES, storable_errors
 
 ERROR_CHARS = 2000
@@ -29,6 +30,7 @@ class HandlerResult:
     result: Any = None
     error: str | None = None
     permanent: bool = False
+    stale: bool = False  # a service refused the attempt's fence (leasework.StaleFence)
 
     @property
     def ok(self) -> bool:
@@ -92,6 +94,8 @@ async def call_handler(job_type: JobType, ctx: JobContext) -> HandlerResult:
         args = (ctx,)
     try:
         value = await job_type.handler(*args)
+    except StaleFence as exc:  # not the handler's failure: a newer attempt holds the job
+        return HandlerResult(error=describe(exc), stale=True)
     except Exception as exc:  # a handler's failure is the attempt's outcome
         return HandlerResult(error=describe(exc), permanent=job_type.is_permanent(exc))
     result, problem = encode_result(value)

@@ -2,7 +2,8 @@
 job, the handler's result and why its scopes were cancelled, if they were.
 
 A cancel request is ``cancelled``; success is ``succeeded`` with the handler's result; every
-other ending (an error, a timeout, a lost lease, a shutdown) retries with the job's own
+other ending (an error, a timeout, a lost lease, a service refusing the attempt's fence, a
+shutdown) retries with the job's own
 backoff (the settings' when the job has none), or is ``dead`` when permanent or on the last
 attempt. A shutdown retries at once: the worker cut the attempt short, not the job.
 """
@@ -34,6 +35,10 @@ def outcome_of(
         error = "worker shut down before the handler finished"
     elif timed_out or handled is None:
         error = f"timed out after {job.timeout_seconds}s"
+    elif handled.stale:
+        # written only if this attempt still holds the job (the completer's fenced write):
+        # then the service's fence was ahead of Postgres's, and a retry is what is left
+        error = f"lease lost: a service refused the attempt's fence ({handled.error})"
     elif handled.ok:
         return Outcome(Status.SUCCEEDED, result=handled.result)
     else:

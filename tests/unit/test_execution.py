@@ -86,3 +86,15 @@ def test_encode_result_accepts_models_and_refuses_unstorable_text():
     assert encode_result(None) == (None, None)
     _, problem = encode_result({"text": "a\x00b"})
     assert "NUL" in problem
+
+
+@app.job("calls-out", permanent=(Exception,))
+async def calls_out(ctx: JobContext) -> None:
+    raise leasework.StaleFence(ctx.job_id, ctx.fence, ctx.fence + 1)
+
+
+async def test_a_service_refusing_the_fence_is_a_stale_attempt_even_where_all_is_permanent():
+    """StaleFence is not the handler's failure: neither Permanent nor the type's classes."""
+    handled = await call_handler(app.get("calls-out"), context())
+    assert handled.stale and not handled.permanent
+    assert handled.error is not None and "it has seen fence 2" in handled.error

@@ -19,6 +19,7 @@ PUBLIC = {
     "JobType",
     "LeaseworkError",
     "Permanent",
+    "StaleFence",
     "Status",
     "Unique",
     "UniqueError",

@@ -87,3 +87,15 @@ def test_an_effect_that_raised_fails_the_attempt_or_kills_it_when_permanent():
     assert retried.status == Status.FAILED
     assert retried.error == "a fenced effect raised ValueError: boom"
     assert effect_failure(job(), KeyError("k"), TINY, permanent=True).status == Status.DEAD
+
+
+def test_an_attempt_a_service_refused_is_a_lost_lease_retried_not_a_handler_error():
+    """A StaleFence from a downstream service (leasework.downstream; never permanent, see
+    test_execution.py): its outcome is written only if the attempt still holds the job,
+    which then is retried."""
+    stale = HandlerResult(error="StaleFence: refused", stale=True)
+    outcome = outcome_of(job(), stale, TINY, timed_out=False, cancelled_by=None)
+    assert outcome.status == Status.FAILED and outcome.retry_in is not None
+    assert (
+        outcome.error == "lease lost: a service refused the attempt's fence (StaleFence: refused)"
+    )
