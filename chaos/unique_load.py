@@ -229,7 +229,12 @@ class UniqueLoad:
         (on the direct port) and sends no ``unique``."""
         held: list[str | None] = [None] * len(keys)
         if self.spec.unsafe:
-            held = [await trio.to_thread.run_sync(_seen, key, limiter=self.limiter) for key in keys]
+            try:
+                held = [
+                    await trio.to_thread.run_sync(_seen, key, limiter=self.limiter) for key in keys
+                ]
+            except psycopg.Error as exc:  # nothing was sent
+                return FAILED, [(None, None)] * len(keys), _text(exc)
         send = [key for key, h in zip(keys, held, strict=True) if h is None]
         if not send:
             return COMMITTED, [(h, True) for h in held], None
@@ -255,9 +260,13 @@ class UniqueLoad:
             classified = classify_response(response)
             if classified.type != "ok":
                 return _OUTCOME[classified.type], nothing, classified.error
-            data = response.json()
-            views = [data] if path == "/jobs" else data["jobs"]
-            return COMMITTED, [(v["id"], bool(v.get("duplicate"))) for v in views], None
+            try:
+                data = response.json()
+                views = [data] if path == "/jobs" else data["jobs"]
+                answers: list[Answer] = [(v["id"], bool(v.get("duplicate"))) for v in views]
+            except (ValueError, KeyError, TypeError):  # committed, but the answer says not what
+                return UNKNOWN_OUTCOME, nothing, f"a {response.status_code} without job ids"
+            return COMMITTED, answers, None
         return UNKNOWN_OUTCOME, nothing, "no answer within the harness deadline"
 
     def _body(self, key: str) -> dict[str, Any]:
