@@ -32,6 +32,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg.rows import tuple_row
+
 from leasework.errors import StaleFence
 
 HEADER_JOB_ID = "Leasework-Job-Id"
@@ -86,38 +89,41 @@ class Fence:
         except ValueError:
             raise FenceHeaderError(f"{HEADER_JOB_ID} {job[:64]!r} is not a UUID") from None
         text = fence.strip()
-        if not text.isdigit() or not 0 < int(text) <= MAX_FENCE:
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_FENCE:
             raise FenceHeaderError(
                 f"{HEADER_FENCE} {fence[:32]!r} is not an integer from 1 to {MAX_FENCE}"
             )
         return cls(job_id, int(text))
 
 
-def install(conn: Any) -> None:
+def install(conn: psycopg.Connection[Any]) -> None:
     """Create the service's ``leasework_fences`` table if it is not there (a psycopg
     connection; commit is the caller's)."""
     conn.execute(TABLE_SQL)
 
 
-def _stale(fence: Fence, highest: Any) -> StaleFence:
+def _stale(fence: Fence, highest: tuple[Any, ...] | None) -> StaleFence:
     return StaleFence(fence.job_id, fence.fence, None if highest is None else int(highest[0]))
 
 
-def verify(conn: Any, fence: Fence) -> None:
-    """In the caller's open transaction (a psycopg connection) on the service's database:
-    record ``fence`` as the highest seen for its job, or raise :class:`StaleFence` when a
-    higher one was seen. Write the effect in the same transaction: it commits only with a
-    fence no call has beaten, and a concurrent call of the same job waits for it."""
-    if conn.execute(VERIFY_SQL, (fence.job_id, fence.fence)).fetchone() is None:
-        raise _stale(fence, conn.execute(HIGHEST_SQL, (fence.job_id,)).fetchone())
+def verify(conn: psycopg.Connection[Any], fence: Fence) -> None:
+    """In the caller's open transaction (a psycopg connection, any row factory) on the
+    service's database: record ``fence`` as the highest seen for its job, or raise
+    :class:`StaleFence` when a higher one was seen. Write the effect in the same
+    transaction: it commits only with a fence no call has beaten, and a concurrent call of
+    the same job waits for it."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        if cur.execute(VERIFY_SQL, (fence.job_id, fence.fence)).fetchone() is None:
+            raise _stale(fence, cur.execute(HIGHEST_SQL, (fence.job_id,)).fetchone())
 
 
-async def verify_async(conn: Any, fence: Fence) -> None:
+async def verify_async(conn: psycopg.AsyncConnection[Any], fence: Fence) -> None:
     """:func:`verify` on a psycopg ``AsyncConnection``."""
-    cursor = await conn.execute(VERIFY_SQL, (fence.job_id, fence.fence))
-    if await cursor.fetchone() is None:
-        highest = await (await conn.execute(HIGHEST_SQL, (fence.job_id,))).fetchone()
-        raise _stale(fence, highest)
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(VERIFY_SQL, (fence.job_id, fence.fence))
+        if await cur.fetchone() is None:
+            await cur.execute(HIGHEST_SQL, (fence.job_id,))
+            raise _stale(fence, await cur.fetchone())
 
 
 def problem(exc: StaleFence) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from leasework import StaleFence
 from leasework.downstream import Fence, install, verify
@@ -35,7 +36,8 @@ def schema(stack) -> Iterator[str]:
 
 
 def connect(schema: str) -> psycopg.Connection:
-    return psycopg.connect(DIRECT_DSN, options=f"-c search_path={schema}")
+    # rows as dicts, as a service's connection may well give them: verify() reads its own
+    return psycopg.connect(DIRECT_DSN, options=f"-c search_path={schema}", row_factory=dict_row)
 
 
 def send_mail(conn: psycopg.Connection, fence: Fence) -> None:
@@ -47,7 +49,7 @@ def send_mail(conn: psycopg.Connection, fence: Fence) -> None:
 
 def mail(schema: str) -> list[int]:
     with connect(schema) as conn:
-        return [r[0] for r in conn.execute("SELECT fence FROM mail ORDER BY fence")]
+        return [r["fence"] for r in conn.execute("SELECT fence FROM mail ORDER BY fence")]
 
 
 def test_a_newer_fence_passes_the_same_one_passes_again_and_an_older_one_is_refused(schema):

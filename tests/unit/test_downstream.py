@@ -43,6 +43,7 @@ def test_a_job_sends_its_id_and_fence_and_a_service_reads_them_back():
         ({"Leasework-Job-Id": str(JOB), "Leasework-Fence": "0"}, "not an integer from 1"),
         ({"Leasework-Job-Id": str(JOB), "Leasework-Fence": "-4"}, "not an integer from 1"),
         ({"Leasework-Job-Id": str(JOB), "Leasework-Fence": str(2**63)}, "not an integer"),
+        ({"Leasework-Job-Id": str(JOB), "Leasework-Fence": "\u00b2"}, "not an integer"),
     ],
 )
 def test_fence_headers_that_cannot_be_read_say_which_and_why(headers, says):
