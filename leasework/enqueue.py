@@ -162,16 +162,51 @@ def _unknown(missing: list[str]) -> None:
         )
 
 
+# Types known registered, per database. ``job_types`` rows are only ever added or updated
+# (an app registers its types at start; nothing deletes one), so a name seen registered
+# stays registered: after the first enqueue of a type, the check costs no round trip.
+_REGISTERED: dict[tuple[str, int, str], frozenset[str]] = {}
+
+
+def _database(conn: psycopg.Connection | psycopg.AsyncConnection) -> tuple[str, int, str]:
+    info = conn.info
+    return (info.host, info.port, info.dbname)
+
+
+def _unseen(
+    conn: psycopg.Connection | psycopg.AsyncConnection, rows: list[dict[str, Any]]
+) -> list[str]:
+    """The rows' type names not yet seen registered in this connection's database."""
+    known = _REGISTERED.get(_database(conn), frozenset())
+    return [name for name in _names(rows) if name not in known]
+
+
+def _seen(conn: psycopg.Connection | psycopg.AsyncConnection, names: list[str]) -> None:
+    if names:
+        where = _database(conn)
+        _REGISTERED[where] = _REGISTERED.get(where, frozenset()) | frozenset(names)
+
+
 def _unregistered(conn: psycopg.Connection, rows: list[dict[str, Any]]) -> None:
+    names = _unseen(conn, rows)
+    if not names:
+        return
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(UNREGISTERED_SQL, (_names(rows),))
-        _unknown([r[0] for r in cur.fetchall()])
+        cur.execute(UNREGISTERED_SQL, (names,))
+        missing = [r[0] for r in cur.fetchall()]
+    _seen(conn, [n for n in names if n not in missing])
+    _unknown(missing)
 
 
 async def _unregistered_async(conn: psycopg.AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    names = _unseen(conn, rows)
+    if not names:
+        return
     async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(UNREGISTERED_SQL, (_names(rows),))
-        _unknown([r[0] for r in await cur.fetchall()])
+        await cur.execute(UNREGISTERED_SQL, (names,))
+        missing = [r[0] for r in await cur.fetchall()]
+    _seen(conn, [n for n in names if n not in missing])
+    _unknown(missing)
 
 
 def _raise_conflicts(requests: list[JobRequest], inserted: list[store.Inserted]) -> None:

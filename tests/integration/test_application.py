@@ -124,6 +124,23 @@ def test_enqueue_replays_a_key_refuses_a_conflict_and_checks_the_payload(db):
             leasework.enqueue(conn, "never_registered_type", {})
 
 
+def test_enqueue_remembers_a_registered_type_but_never_a_missing_one(db):
+    name = f"late_type_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(DIRECT_DSN, autocommit=True) as conn:
+        with pytest.raises(leasework.UnknownJobType, match=name):
+            leasework.enqueue(conn, name, {})
+        conn.execute("INSERT INTO job_types (name, registered_by) VALUES (%s, 'test')", (name,))
+        try:
+            job_id = leasework.enqueue(conn, name, {}, delay=3600)
+            # seen registered once, the next enqueue of it asks Postgres nothing more
+            enqueue_module = sys.modules["leasework.enqueue"]
+            assert name in enqueue_module._REGISTERED[enqueue_module._database(conn)]
+            assert leasework.enqueue(conn, name, {}, delay=3600) != job_id
+        finally:
+            conn.execute("DELETE FROM jobs WHERE type = %s", (name,))
+            conn.execute("DELETE FROM job_types WHERE name = %s", (name,))
+
+
 def test_enqueue_many_is_all_or_nothing_inside_the_callers_transaction(db):
     tag = uuid.uuid4().hex
     key = f"many-{tag}"
