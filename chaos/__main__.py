@@ -39,6 +39,8 @@ def _list(args: argparse.Namespace) -> int:
         if s.unique is not None:
             mode += f"  [unique load, {s.unique.inserters} inserters]"
             mode += "  [unique UNSAFE]" if s.unique.unsafe else ""
+        if s.mail_guard is not None:
+            mode += f"  [mail guard: {s.mail_guard}]" + ("" if s.mail_fenced else " UNSAFE")
         print(
             f"{s.name:<{width}}  ~{runner.seconds_estimate(s):4.0f}s + quiet  "
             f"{len(s.faults):2d} fault(s): {faults}{mode}"

@@ -16,7 +16,8 @@ stack someone else drove): a leasework process that crashed, interference, fault
 not inject or heal or met no work, the API's "nothing was written" that had written, the
 backlog drain bound, and evidence that the faults hit (redeliveries, unknown submits that
 landed, messages produced twice, expected alerts not already firing at the start, unique
-inserters that met on a key: duplicates answered, waiters that inserted after a rollback).
+inserters that met on a key: duplicates answered, waiters that inserted after a rollback;
+calls the shop's mail service refused as stale).
 
 Pure: the :class:`Evidence` is gathered by the runner.
 """
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from chaos.messages import MessageView
     from chaos.nemesis import Injection
     from chaos.scenario import Expectations
+    from chaos.shop import ShopView
     from chaos.verdict import Verdict
     from chaos.workload import ClientView, Drain
 
@@ -57,6 +59,7 @@ class Evidence:
     messages: MessageView | None = None
     meddling: Sequence[str] = ()  # signs that something else drove the stack
     crashed: Sequence[str] = ()  # leasework processes that died with no fault killing them
+    shop: ShopView | None = None  # the example shop's orders and emails, if the run used it
 
 
 @dataclass(frozen=True)
@@ -384,19 +387,25 @@ def alerts_not_firing_at_start(e: Evidence) -> Iterator[Finding]:
             )
 
 
-def duplicate_messages(e: Evidence) -> Iterator[Finding]:
-    wanted = e.expect.min_duplicate_messages
-    if not wanted:
-        return
-    seen = e.messages.duplicate_messages if e.messages is not None else None
-    if seen is None or seen < wanted:
+def _too_little(seen: int | None, wanted: int, what: str, why: str) -> Iterator[Finding]:
+    """An evidence finding (unknown) when ``seen`` (None: could not be read) is below
+    ``wanted``; nothing when ``wanted`` is 0."""
+    if wanted and (seen is None or seen < wanted):
         yield Finding(
             "evidence",
             UNKNOWN,
-            f"evidence: {'unknown' if seen is None else seen} message(s) produced twice, "
-            f"at least {wanted} expected: no kill landed between "
-            "producing and marking published",
+            f"evidence: {'unknown' if seen is None else seen} {what}, at least {wanted} "
+            f"expected: {why}",
         )
+
+
+def duplicate_messages(e: Evidence) -> Iterator[Finding]:
+    return _too_little(
+        e.messages.duplicate_messages if e.messages is not None else None,
+        e.expect.min_duplicate_messages,
+        "message(s) produced twice",
+        "no kill landed between producing and marking published",
+    )
 
 
 def unique_contention(e: Evidence) -> Iterator[Finding]:
@@ -417,6 +426,17 @@ def unique_contention(e: Evidence) -> Iterator[Finding]:
             )
 
 
+def mail_refusals(e: Evidence) -> Iterator[Finding]:
+    """Evidence that a stale attempt reached the shop's mail service and was refused."""
+    return _too_little(
+        e.shop.mail_refusals if e.shop is not None else None,
+        e.expect.min_mail_refusals,
+        "call(s) refused as stale by the mail service",
+        "no stale attempt's call arrived after a newer attempt's, so the run shows nothing "
+        "about the fence downstream",
+    )
+
+
 HARNESS: Mapping[str, Checker[Evidence]] = {
     "crash": crashes,
     "interference": interference,
@@ -428,6 +448,7 @@ HARNESS: Mapping[str, Checker[Evidence]] = {
     "alerts_at_start": alerts_not_firing_at_start,
     "duplicate_messages": duplicate_messages,
     "unique_contention": unique_contention,
+    "mail_refusals": mail_refusals,
 }
 
 

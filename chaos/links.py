@@ -96,11 +96,13 @@ def process_envs(
     fencing: bool,
     unsafe_env: Mapping[str, str],
     relays: Sequence[RelaySpec] = (),
+    mail_guard: str | None = None,
 ) -> dict[str, dict[str, str]]:
     """The extra environment of each of the stack's leasework processes for a run (each is
     restarted with it): the unsafe lease mode on the workers when fencing is off, the
     private proxy addresses, and the stack relay's options (a clock offset, the unsafe
-    scheduler). The relays started for the run are not the stack's: :func:`extra_relay_envs`."""
+    scheduler), the shop's mail service guards. The relays started for the run are not the
+    stack's: :func:`extra_relay_envs`."""
     envs: dict[str, dict[str, str]] = {}
     if not fencing:
         for worker in WORKER_PORTS:
@@ -110,6 +112,8 @@ def process_envs(
     for relay in relays:
         if not relay.extra and relay.env():
             envs.setdefault(relay.name, {}).update(relay.env())
+    if mail_guard is not None:
+        envs.setdefault("shop", {})["SHOP_MAIL_GUARD"] = mail_guard
     return envs
 
 

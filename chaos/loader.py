@@ -61,6 +61,9 @@ A scenario file (``scenarios/*.toml``)::
     grace_seconds = 60
     timezone = "UTC"
 
+    mail_guard = "fence"           # optional, with receipt submits: the shop's mail service
+                                   # guards for the run (key,fence; key; fence; none)
+
     [unique]                       # optional: inserters fighting over unique keys
     inserters = 8                  # concurrent inserters, for the workload's duration
     keys = 3                       # new keys each generation, all inserters on each
@@ -90,6 +93,7 @@ A scenario file (``scenarios/*.toml``)::
     expect_doubled_keys = false    # true with [unique] unsafe = true: a key must double
     min_unique_duplicates = 0      # evidence: committed answers of duplicate
     min_unique_handoffs = 0        # evidence: a waiter created the job after a rollback
+    min_mail_refusals = 0          # evidence: the mail service refused a stale call
 
 Loading is strict: an unknown key, a wrong type or a value out of range raises
 :class:`ScenarioError` naming the file and the field (``faults[1].target``).
@@ -117,6 +121,7 @@ from chaos.scenario import (
     MIX_KINDS,
     RELAY_NAMES,
     SCHEDULE_TYPES,
+    SHOP_KINDS,
     Expectations,
     FaultSpec,
     Mix,
@@ -129,6 +134,7 @@ from chaos.scenario import (
 )
 from chaos.unique_keys import DOORS
 from devstack.layout import EXTRA_RELAYS
+from examples.shop.guard import MailGuard
 from leasework.schedule import ScheduleError
 
 
@@ -479,6 +485,7 @@ def _expectations(table: _Table | None) -> Expectations:
         expect_doubled_keys=table.boolean("expect_doubled_keys", False),
         min_unique_duplicates=table.number("min_unique_duplicates", 0, integer=True),
         min_unique_handoffs=table.number("min_unique_handoffs", 0, integer=True),
+        min_mail_refusals=table.number("min_mail_refusals", 0, integer=True),
     )
     table.done()
     return expect
@@ -497,6 +504,7 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
     running = {r.name for r in relays}
     schedules = _schedules(top)
     unique = _unique(top.table("unique"))
+    mail_guard = _mail_guard(top, workload)
 
     faults: list[FaultSpec] = []
     for table in _tables(top, "faults"):
@@ -515,12 +523,13 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
         faults.extend(random_faults(random_spec, workload.duration))
 
     expect = _expectations(top.table("expect"))
-    if expect.expect_doubled and fencing:
+    mail_fenced = mail_guard is None or "fence" in mail_guard.split(",")
+    if expect.expect_doubled and fencing and mail_fenced:
         raise ScenarioError(
             source,
             "expect.expect_doubled",
-            "true only makes sense with fencing = false: with the fence on, duplicate effects "
-            "are exactly what must not happen",
+            "true only makes sense with fencing = false (or a mail_guard without fence): "
+            "with the fence on, duplicate effects are exactly what must not happen",
         )
     if expect.expect_doubled_ticks and not (schedules and any(r.unsafe_scheduler for r in relays)):
         raise ScenarioError(
@@ -550,7 +559,21 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
         relays=relays,
         schedules=schedules,
         unique=unique,
+        mail_guard=mail_guard,
     )
+
+
+def _mail_guard(top: _Table, workload: WorkloadSpec) -> str | None:
+    text = top.string("mail_guard", None)
+    if text is None:
+        return None
+    try:
+        guard = str(MailGuard.parse(text))
+    except ValueError as exc:
+        raise top.fail("mail_guard", str(exc).removeprefix("SHOP_MAIL_GUARD=")) from None
+    if not any(getattr(workload.mix, kind) > 0 for kind in SHOP_KINDS):
+        raise top.fail("mail_guard", "the workload places no orders (mix.receipt = 0)")
+    return guard
 
 
 def loads_scenario(text: str, *, source: str = "<string>") -> Scenario:

@@ -623,9 +623,14 @@ def details_markdown(record: RunDetails) -> str:
             f"Example shop (read directly after the run): {shop['orders']} order(s), "
             f"{shop['receipts_recorded']} receipt(s) recorded through the fence "
             f"({shop['orders_doubled']} order(s) recorded more than once, "
-            f"{shop['orders_without_receipt']} with none); the mail service sent "
-            f"{shop['emails']} email(s) for {shop['mail_calls']} call(s) "
-            f"({shop['emails_called_again']} asked for again under the same idempotency key)."
+            f"{shop['orders_without_receipt']} with none); the mail service "
+            f"(guard {shop.get('guard', 'key,fence')}) sent {shop['emails']} "
+            f"email(s), {shop.get('jobs_emailed_twice', 0)} job(s) emailed more than once "
+            f"({shop.get('stale_emails', 0)} email(s) sent for a fence lower than one already "
+            f"sent), refused {shop.get('mail_refusals', 0)} stale call(s), and under its "
+            f"idempotency keys got {shop['mail_calls']} call(s) for "
+            f"{shop.get('keyed_emails', shop['emails'])} key(s) "
+            f"({shop['emails_called_again']} asked for again and sent once)."
         )
     lines += alerts_markdown(details.get("alerts") or {})
     lines += ["", "### Recovery", ""]

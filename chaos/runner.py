@@ -206,7 +206,11 @@ async def run_scenario(
             done = await calls(baseline, stack, shop=scenario.uses_shop)
         links = await link_proxies(toxiproxy, pairs)
         envs = process_envs(
-            links, fencing=scenario.fencing, unsafe_env=UNSAFE_ENV, relays=scenario.relays
+            links,
+            fencing=scenario.fencing,
+            unsafe_env=UNSAFE_ENV,
+            relays=scenario.relays,
+            mail_guard=scenario.mail_guard,
         )
         for name, env in envs.items():
             log(f"setup: restarting {name} with {env}")
@@ -501,6 +505,17 @@ class _Run:
             if seen.kafka_messages is not None
             else None
         )
+        shop = (
+            shop_view(
+                tables["shop_orders"],
+                tables["shop_mail"],
+                tables.get("shop_emails", ()),
+                tables.get("shop_mail_refused", ()),
+                scenario.mail_guard,
+            )
+            if scenario.uses_shop
+            else None
+        )
         judgement = judge_run(
             Evidence(
                 verdict,
@@ -514,6 +529,7 @@ class _Run:
                 messages=messages,
                 meddling=seen.meddling,
                 crashed=seen.crashed,
+                shop=shop,
             )
         )
         details = RunDetails(
@@ -527,11 +543,7 @@ class _Run:
             client_view=view,
             counters=counters,
             kafka=messages,
-            shop=(
-                shop_view(tables["shop_orders"], tables["shop_mail"])
-                if scenario.uses_shop
-                else None
-            ),
+            shop=shop,
             alerts=AlertsSeen.of(
                 scenario.expect.alerts,
                 seen.firing_at_start,

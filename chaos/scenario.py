@@ -139,6 +139,7 @@ class Expectations:
     expect_doubled_keys: bool = False  # the unsafe (check-then-insert) run must double a key
     min_unique_duplicates: int = 0  # committed answers of duplicate
     min_unique_handoffs: int = 0  # keys created by a waiter after the first holder rolled back
+    min_mail_refusals: int = 0  # the shop's mail service refused a stale fence's call
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,14 @@ class Scenario:
     relays: tuple[RelaySpec, ...] = ()  # relays with options, or started for the run
     schedules: tuple[ScheduleSpec, ...] = ()
     unique: UniqueSpec | None = None
+    # the example shop's mail service guards for the run (SHOP_MAIL_GUARD: "key,fence",
+    # "fence", "key", "none"); None leaves the stack's (key,fence)
+    mail_guard: str | None = None
+
+    @property
+    def mail_fenced(self) -> bool:
+        """Whether the shop's mail service checks fences in this run."""
+        return self.mail_guard is None or "fence" in self.mail_guard.split(",")
 
     @property
     def extra_relays(self) -> tuple[str, ...]:

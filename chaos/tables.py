@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from chaos.shop import read_shop, receipt_effects
+from chaos.shop import email_effects, read_shop, receipt_effects
 from devstack.layout import POSTGRES_DIRECT_DSN
 from leasework.states import TERMINAL, Status
 
@@ -52,10 +52,11 @@ def pending_jobs(prefix: str, schedules: Sequence[str] = ()) -> dict[str, int]:
 
 def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
     """The run's rows of ``jobs``, ``effects`` and ``attempts``, and of the example shop's
-    ``shop_orders`` and ``shop_mail`` (blocking). ``effects`` holds, after the rows of the
+    tables (:func:`chaos.shop.read_shop`; blocking). ``effects`` holds, after the rows of the
     ``effects`` table, one row of kind ``receipt`` per receipt recorded on an order of the
-    run (:func:`chaos.shop.receipt_effects`), so a receipt recorded twice is a doubled
-    effect."""
+    run and one of kind ``email`` per email the mail service sent for a job of the run
+    (:mod:`chaos.shop`), so a receipt recorded twice, or a receipt emailed twice, is a
+    doubled effect."""
     like = _like(prefix)
     with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         jobs = conn.execute(
@@ -76,7 +77,7 @@ def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
             (like,),
         ).fetchall()
         shop = read_shop(conn, like)
-    effects += receipt_effects(shop["shop_orders"])
+    effects += receipt_effects(shop["shop_orders"]) + email_effects(shop["shop_emails"])
     return {"jobs": jobs, "effects": effects, "attempts": attempts, **shop}
 
 
@@ -95,5 +96,6 @@ def save_tables(path: Path, tables: Mapping[str, Any], run_started_at: datetime)
 
 def load_tables(path: Path) -> dict[str, Any]:
     """``tables.json`` of a report directory: run_started_at, jobs, effects (receipts
-    included), attempts, and the shop's shop_orders and shop_mail (absent in older reports)."""
+    included), attempts, and the shop's shop_orders, shop_mail, shop_emails and
+    shop_mail_refused (absent in older reports)."""
     return json.loads(path.read_text(encoding="utf-8"))

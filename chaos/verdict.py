@@ -170,11 +170,14 @@ def _seconds(moment: datetime, origin: datetime) -> float:
 
 
 def _effects_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``2 effects (fences 3, 5)``; ``2 effects (receipt x2, no fence recorded)``."""
-    fences = sorted(r["fence"] for r in rows if r["fence"] is not None)
-    if len(fences) == len(rows):
-        return f"{len(rows)} effects (fences {', '.join(str(f) for f in fences)})"
+    """``2 effects (fences 3, 5)``, ``2 email effects (fences 3, 2)``: fences in the order
+    the effects were made (a lower one after a higher: a stale attempt acted after a newer
+    one); ``2 effects (receipt x2, no fence recorded)``."""
+    fences = [r["fence"] for r in rows if r["fence"] is not None]
     kinds = Counter(str(r["kind"]) for r in rows)
+    if len(fences) == len(rows):
+        named = f"{next(iter(kinds))} " if len(kinds) == 1 else ""
+        return f"{len(rows)} {named}effects (fences {', '.join(str(f) for f in fences)})"
     shown = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))
     return f"{len(rows)} effects ({shown}, no fence recorded)"
 
@@ -428,7 +431,8 @@ def check_outcomes(run: Observed) -> Checked:
 
 
 def check_effects(run: Observed) -> Checked:
-    """At-most-once effects: no job with more than one, none of a job that did not succeed."""
+    """At-most-once effects: no job with more than one of a kind (a shop receipt is recorded
+    on its order once and emailed once: two kinds), none of a job that did not succeed."""
     findings: list[Finding] = []
     doubled_jobs: list[JobIssue] = []
     stray = 0
@@ -436,8 +440,10 @@ def check_effects(run: Observed) -> Checked:
         rows = run.effects_of[job_id]
         job = run.by_id.get(job_id)
         key = job["idempotency_key"] if job else None
-        if len(rows) > 1:
-            doubled_jobs.append(JobIssue(job_id, key, _effects_text(rows)))
+        kinds = Counter(str(r["kind"]) for r in rows)
+        repeated = [r for r in rows if kinds[str(r["kind"])] > 1]
+        if repeated:
+            doubled_jobs.append(JobIssue(job_id, key, _effects_text(repeated)))
         if job is None or job["status"] != Status.SUCCEEDED:
             stray += len(rows)
             state = "missing from the table" if job is None else f"{job['status']}"

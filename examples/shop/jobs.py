@@ -1,8 +1,9 @@
 """The shop's job types: ``LEASEWORK_APP=examples.shop.jobs:app``.
 
 ``send_receipt`` asks the mail service to send the receipt, passing ``ctx.idempotency_key``
-so that a retried attempt (or a handler body that ran twice, under a stalled worker) sends
-one email, and records the receipt on the order through the fence, so it is recorded once.
+(a retried attempt sends one email) and the attempt's fence (``ctx.fence_headers()``: an
+attempt that lost its lease to a newer one is refused, and ends as a stale attempt), then
+records the receipt on the order through the fence, so it is recorded once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 import leasework
+from leasework import downstream
 
 MAIL_URL = os.environ.get("SHOP_MAIL_URL", "http://127.0.0.1:8025")
 
@@ -43,8 +45,10 @@ async def send_receipt(ctx: leasework.JobContext, payload: Receipt) -> dict:
                 "subject": f"Your receipt for order {payload.order_id}",
                 "body": f"Thank you for order {payload.order_id}.",
             },
-            headers={"Idempotency-Key": ctx.idempotency_key},
+            headers={"Idempotency-Key": ctx.idempotency_key, **ctx.fence_headers()},
         )
+    # 409 stale-fence: a newer attempt of this job has called; this one stops, as stale
+    downstream.raise_if_stale(response.status_code, response.content)
     response.raise_for_status()  # a 5xx or an unreachable service: retried with backoff
     message_id = response.json()["message_id"]
 

@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS shop_orders (
     created_at         timestamptz NOT NULL DEFAULT now()
 );
 
--- The mail service's ledger: one row per idempotency key, however often it was called.
+-- The mail service's idempotency ledger (its `key` guard): one row per key, however often it
+-- was called. The fence guard's table, leasework_fences, is leasework.downstream.TABLE_SQL.
 CREATE TABLE IF NOT EXISTS shop_mail (
     idempotency_key text        PRIMARY KEY,
     message_id      text        NOT NULL,
@@ -26,3 +27,28 @@ CREATE TABLE IF NOT EXISTS shop_mail (
     first_sent_at   timestamptz NOT NULL DEFAULT now(),
     last_call_at    timestamptz NOT NULL DEFAULT now()
 );
+
+-- Every email the mail service sent, with the job and fence of the call that sent it (NULL
+-- for a call without fence headers): more than one row for a job is a duplicate email.
+CREATE TABLE IF NOT EXISTS shop_emails (
+    id              bigserial   PRIMARY KEY,
+    message_id      text        NOT NULL,
+    job_id          uuid,
+    fence           bigint,
+    idempotency_key text,
+    recipient       text        NOT NULL,
+    subject         text        NOT NULL,
+    body            text        NOT NULL,
+    sent_at         timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS shop_emails_job_id ON shop_emails (job_id);
+
+-- Calls the mail service refused because their fence was stale (a newer attempt had called).
+CREATE TABLE IF NOT EXISTS shop_mail_refused (
+    id         bigserial   PRIMARY KEY,
+    job_id     uuid        NOT NULL,
+    fence      bigint      NOT NULL,
+    highest    bigint,
+    refused_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS shop_mail_refused_job_id ON shop_mail_refused (job_id);

@@ -20,7 +20,7 @@ from chaos.history import (
 )
 from chaos.judge import judge
 from chaos.scenario import Expectations
-from chaos.shop import receipt_effects, shop_view
+from chaos.shop import email_effects, receipt_effects, shop_view
 from chaos.verdict import HISTORY_CHECKERS, Verdict, check, percentile
 
 T0 = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
@@ -158,7 +158,7 @@ def test_a_doubled_effect_fails():
     verdict = run.check()
     assert verdict.valid is False
     assert verdict.doubled == 1 and verdict.lost == 0
-    assert "2 effects" in verdict.doubled_jobs[0].reason
+    assert "2 ledger effects" in verdict.doubled_jobs[0].reason
     assert kinds(verdict) == {"doubled"}
 
 
@@ -281,16 +281,44 @@ def test_the_shop_view_counts_emails_against_mail_calls():
         e == {"job_id": e["job_id"], "fence": None, "kind": "receipt"}
         for e in receipt_effects(orders)
     )
-    view = shop_view(orders, mail)
+    emails = [
+        {"job_id": "a", "fence": 1},
+        {"job_id": "b", "fence": 3},
+        {"job_id": "b", "fence": 2},  # after fence 3: a stale attempt's email
+        {"job_id": "b", "fence": 4},  # a newer attempt after the first's landed: a repeat
+    ]
+    refused = [{"job_id": "c", "fence": 1, "highest": 2}]
+    view = shop_view(orders, mail, emails, refused)
     assert view.to_dict() == {
         "orders": 3,
         "receipts_recorded": 3,
         "orders_without_receipt": 1,
         "orders_doubled": 1,
-        "emails": 2,
+        "emails": 4,
         "mail_calls": 3,
         "emails_called_again": 1,
+        "jobs_emailed_twice": 1,
+        "stale_emails": 1,
+        "mail_refusals": 1,
+        "keyed_emails": 2,
+        "guard": "key,fence",
     }
+    assert email_effects(emails)[2] == {"job_id": "b", "fence": 2, "kind": "email"}
+
+
+def test_a_receipt_emailed_twice_is_doubled_and_an_email_beside_its_receipt_is_not():
+    once = receipt_run(1)
+    once.effects += email_effects([{"job_id": "job-o", "fence": 2}])
+    verdict = once.check()
+    assert verdict.valid is True and verdict.doubled == 0, verdict.problems
+    twice = receipt_run(1)
+    twice.effects += email_effects(
+        [{"job_id": "job-o", "fence": 2}, {"job_id": "job-o", "fence": 1}]
+    )
+    verdict = twice.check()
+    assert verdict.valid is False and verdict.doubled == 1
+    # the fences in the order sent: the stale attempt's email came after the newer one's
+    assert verdict.doubled_jobs[0].reason == "2 email effects (fences 2, 1)"
 
 
 # ---------------------------------------------------------------- histories that must pass

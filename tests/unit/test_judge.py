@@ -9,6 +9,7 @@ from chaos.judge import EXPECTATIONS, HARNESS, Evidence, harness_findings, judge
 from chaos.loader import loads_scenario
 from chaos.messages import MessageView
 from chaos.scenario import Expectations
+from chaos.shop import shop_view
 from chaos.verdict import Verdict, check
 from chaos.workload import ClientView, Drain
 
@@ -39,6 +40,15 @@ def test_harness_demands_evidence_that_the_fault_hit():
     assert harness("min_duplicate_messages = 1\n", messages=MessageView(10, 2, 1)) == ()
     (unread,) = harness("min_duplicate_messages = 1\n")  # Kafka could not be read
     assert unread.message.startswith("evidence: unknown message(s) produced twice")
+
+
+def test_a_fence_downstream_run_demands_a_refused_stale_call():
+    refused = shop_view([], [], [], [{"job_id": "a", "fence": 1, "highest": 2}])
+    assert harness("min_mail_refusals = 1\n", shop=refused) == ()
+    (none,) = harness("min_mail_refusals = 1\n", shop=shop_view([], []))
+    assert none.valid == UNKNOWN and "0 call(s) refused as stale" in none.message
+    (unread,) = harness("min_mail_refusals = 1\n")  # the shop was not read
+    assert unread.message.startswith("evidence: unknown call(s) refused")
 
 
 def test_an_expected_alert_already_firing_at_the_start_proves_nothing():

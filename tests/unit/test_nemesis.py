@@ -81,6 +81,9 @@ def test_per_process_links_and_their_environment():
         "worker-2": {"MODE": "unsafe"},
     }
     assert process_envs([], fencing=True, unsafe_env=UNSAFE_ENV) == {}
+    assert process_envs([], fencing=True, unsafe_env=UNSAFE_ENV, mail_guard="none") == {
+        "shop": {"SHOP_MAIL_GUARD": "none"}
+    }
 
 
 def test_the_shop_scenario_without_fencing_keeps_the_slow_mail_link():

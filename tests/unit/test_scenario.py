@@ -118,9 +118,41 @@ def test_the_unsafe_run_declares_fencing_off(tmp_path):
     assert scenario.expect.expect_doubled is True
 
 
+SHOP = 'name = "x"\n[workload]\nrate = 1\nduration = 10\n[workload.mix]\nreceipt = 1\n'
+
+
+def test_a_run_may_pick_the_shops_mail_guard_and_without_the_fence_expect_doubles(tmp_path):
+    plain = load_scenario(write(tmp_path, SHOP))
+    assert plain.mail_guard is None and plain.mail_fenced
+    fenced = load_scenario(
+        write(tmp_path, SHOP.replace('name = "x"', 'name = "x"\nmail_guard = " fence"'))
+    )
+    assert fenced.mail_guard == "fence" and fenced.mail_fenced
+    open_text = SHOP.replace('name = "x"', 'name = "x"\nmail_guard = "none"')
+    unguarded = load_scenario(write(tmp_path, open_text + "[expect]\nexpect_doubled = true\n"))
+    assert unguarded.mail_guard == "none" and not unguarded.mail_fenced
+    assert unguarded.expect.expect_doubled and unguarded.fencing
+
+
 @pytest.mark.parametrize(
     ("text", "field", "words"),
     [
+        (
+            SHOP.replace('name = "x"', 'name = "x"\nmail_guard = "fence,smtp"'),
+            "mail_guard",
+            "comma list of key, fence, or none",
+        ),
+        (
+            MINIMAL.replace('name = "x"', 'name = "x"\nmail_guard = "fence"'),
+            "mail_guard",
+            "places no orders",
+        ),
+        (
+            SHOP.replace('name = "x"', 'name = "x"\nmail_guard = "key,fence"')
+            + "[expect]\nexpect_doubled = true\n",
+            "expect.expect_doubled",
+            "mail_guard without fence",
+        ),
         ('description = "no name"\n[workload]\nrate = 1\nduration = 1\n', "name", "required"),
         ('name = "x"\n', "workload", "required"),
         (MINIMAL + "ratee = 3\n", "workload.ratee", "unknown field"),
