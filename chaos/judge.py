@@ -28,10 +28,12 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chaos.auditor import DOUBLE_KINDS
 from chaos.checker import UNKNOWN, Checker, Composed, Finding, Result, Validity, compose
 from chaos.unique_keys import VIOLATIONS as UNIQUE_VIOLATIONS
 
 if TYPE_CHECKING:
+    from chaos.auditor import AuditorView
     from chaos.messages import MessageView
     from chaos.nemesis import Injection
     from chaos.scenario import Expectations
@@ -60,6 +62,8 @@ class Evidence:
     meddling: Sequence[str] = ()  # signs that something else drove the stack
     crashed: Sequence[str] = ()  # leasework processes that died with no fault killing them
     shop: ShopView | None = None  # the example shop's orders and emails, if the run used it
+    auditor: AuditorView | None = None  # the relay's auditor on the run's jobs (None: unread)
+    fencing: bool = True  # the workers' lease mode: fenced, or the unsafe plain TTL
 
 
 @dataclass(frozen=True)
@@ -437,6 +441,45 @@ def mail_refusals(e: Evidence) -> Iterator[Finding]:
     )
 
 
+def auditor_agrees(e: Evidence) -> Iterator[Finding]:
+    """The product's auditor held to the checker: with the fence on, it finds nothing among
+    the run's jobs; with it off, it finds every job the checker found taking a fenced effect
+    (or success) twice. (A shop email sent twice is not its to see: the mail service is not
+    leasework's; the checker's email doubles are left out.)"""
+    seen = e.auditor
+    if seen is None:
+        return
+    if not seen.reached:
+        yield Finding(
+            "auditor",
+            UNKNOWN,
+            f"auditor: its watermark did not pass the run's last finished job within "
+            f"{seen.waited:.0f}s, so what it found is not the whole run",
+        )
+        return
+    if not e.fencing:
+        doubled = {j.job_id for j in e.verdict.doubled_jobs if "email effects" not in j.reason}
+        missed = sorted(doubled - seen.jobs(DOUBLE_KINDS))
+        if missed or not doubled:
+            yield Finding(
+                "auditor",
+                False,
+                f"auditor: missed {len(missed)} of the {len(doubled)} job(s) the checker "
+                f"found doubled ({', '.join(missed[:5])}{' ...' if len(missed) > 5 else ''})"
+                if missed
+                else "auditor: the checker found no fenced effect doubled to compare with",
+            )
+        return
+    if seen.violations:
+        shown = "; ".join(f"{v['kind']} {v['job_id']}: {v['detail']}" for v in seen.violations[:3])
+        yield Finding(
+            "auditor",
+            False,
+            f"auditor: found {len(seen.violations)} violation(s) among the run's jobs with the "
+            f"fence on ({shown}{' ...' if len(seen.violations) > 3 else ''})",
+        )
+
+
 HARNESS: Mapping[str, Checker[Evidence]] = {
     "crash": crashes,
     "interference": interference,
@@ -449,6 +492,7 @@ HARNESS: Mapping[str, Checker[Evidence]] = {
     "duplicate_messages": duplicate_messages,
     "unique_contention": unique_contention,
     "mail_refusals": mail_refusals,
+    "auditor": auditor_agrees,
 }
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from chaos.alerts import AlertArrival
+    from chaos.auditor import AuditorView
     from chaos.history import Op
     from chaos.judge import Judgement
     from chaos.links import Link
@@ -194,6 +195,7 @@ class RunDetails:
     crashed: tuple[str, ...]
     seconds: float  # the whole run
     workload_seconds: float  # load and faults
+    auditor: AuditorView | None = None  # the relay's auditor on the run's jobs
 
     def to_dict(self) -> dict[str, Any]:
         """The report's ``run`` section (JSON values only)."""
@@ -209,6 +211,7 @@ class RunDetails:
             "counters": dict(self.counters),
             "kafka": self.kafka.to_dict() if self.kafka is not None else None,
             "shop": self.shop.to_dict() if self.shop is not None else None,
+            "auditor": self.auditor.to_dict() if self.auditor is not None else None,
             "alerts": self.alerts.to_dict(),
             "counters_per_process": {k: dict(v) for k, v in self.counters_per_process.items()},
             "scrape_failures": dict(self.scrape_failures),

@@ -451,6 +451,7 @@ class SummaryRow:
     executions: str
     recovery: str
     result: str
+    auditor: str = "–"  # what the relay's auditor found among the run's jobs
 
 
 def summary_row(
@@ -497,6 +498,7 @@ SUMMARY_HEADERS = (
     "doubled",
     "executions",
     "recovery",
+    "auditor",
     "result",
 )
 
@@ -757,10 +759,12 @@ def record_summary_row(record: RunRecord) -> SummaryRow:
     row = summary_row(record.scenario, record.verdict, record.judgement)
     if record.details is None:
         return row
+    auditor = record.details.auditor
     return dataclasses.replace(
         row,
         recovery=recovery_text(record.details.recovery),
         result=result_text(record.verdict, record.judgement),
+        auditor=auditor.cell() if auditor is not None else "–",
     )
 
 

@@ -58,6 +58,7 @@ import trio
 
 from chaos import nemeses
 from chaos.alerts import AlertArrival, RunPrometheus
+from chaos.auditor import AuditorView, read_auditor
 from chaos.generator import plan_submits
 from chaos.history import HistoryWriter, Recorder
 from chaos.judge import HARNESS, Evidence, Judgement, judge_run
@@ -263,6 +264,7 @@ class _Seen:
     fault_epoch: float | None  # when the first fault started (None: none did)
     crashed: list[str]
     meddling: list[str]
+    auditor: AuditorView | None = None  # the relay's auditor on the run's jobs
 
 
 class _Run:
@@ -421,6 +423,12 @@ class _Run:
         )
         await sampler.sample_all()
         tables = await trio.to_thread.run_sync(read_tables, self.prefix)
+        auditor = await trio.to_thread.run_sync(read_auditor, self.prefix)
+        log(
+            f"auditor: {auditor.cell()} among the run's jobs "
+            f"(its watermark {'passed' if auditor.reached else 'did NOT pass'} the run's last "
+            f"finish after {auditor.waited:.1f}s)"
+        )
         tables.update(await trio.to_thread.run_sync(self.schedules.read))
         if self.unique is not None:
             tables["unique_inserts"] = [i.to_dict() for i in self.unique.inserts]
@@ -466,6 +474,7 @@ class _Run:
             self._first_fault_epoch(),
             crashed,
             meddling,
+            auditor,
         )
 
     def _first_fault_epoch(self) -> float | None:
@@ -530,6 +539,8 @@ class _Run:
                 meddling=seen.meddling,
                 crashed=seen.crashed,
                 shop=shop,
+                auditor=seen.auditor,
+                fencing=scenario.fencing,
             )
         )
         details = RunDetails(
@@ -544,6 +555,7 @@ class _Run:
             counters=counters,
             kafka=messages,
             shop=shop,
+            auditor=seen.auditor,
             alerts=AlertsSeen.of(
                 scenario.expect.alerts,
                 seen.firing_at_start,

@@ -25,7 +25,8 @@ from leasework.states import TERMINAL, Status
 TABLES_JSON = "tables.json"
 
 
-def _like(prefix: str) -> str:
+def run_like(prefix: str) -> str:
+    """The LIKE pattern of the idempotency keys of a run's jobs."""
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%"
 
 
@@ -35,7 +36,7 @@ def pending_jobs(prefix: str, schedules: Sequence[str] = ()) -> dict[str, int]:
     with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         rows = conn.execute(
             "SELECT status, count(*) AS n FROM jobs WHERE idempotency_key LIKE %s GROUP BY status",
-            (_like(prefix),),
+            (run_like(prefix),),
         ).fetchall()
         if schedules:  # the partial index of a schedule's unfinished jobs
             rows += conn.execute(
@@ -57,7 +58,7 @@ def read_tables(prefix: str) -> dict[str, list[dict[str, Any]]]:
     run and one of kind ``email`` per email the mail service sent for a job of the run
     (:mod:`chaos.shop`), so a receipt recorded twice, or a receipt emailed twice, is a
     doubled effect."""
-    like = _like(prefix)
+    like = run_like(prefix)
     with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         jobs = conn.execute(
             "SELECT id::text AS id, type, status, attempt, max_attempts, idempotency_key, "

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from leasework import config, schedule_cli, token_cli
+from leasework import audit_cli, config, schedule_cli, token_cli
 from leasework.states import RETRYABLE
 
 if TYPE_CHECKING:  # the client (httpx) is imported only by the commands that talk to the api
@@ -244,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("role", nargs="?", default="api", choices=ROLES)
     token_cli.add_parser(sub)
     schedule_cli.add_parser(sub)
+    audit_cli.add_parser(sub)
     from leasework import doctor
 
     doctor.add_parser(sub)
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "token":
         return token_cli.run(args)
+    if args.command == "audit":
+        return audit_cli.run(args)
     if args.command == "doctor":
         from leasework import doctor
 

@@ -219,6 +219,11 @@ class Settings:
     # schedulers without the guards fire a tick twice
     unsafe_scheduler: bool = False
     prune_interval: float = 60.0
+    # relay: the auditor (leasework.relay.auditor): seconds between passes (None: off), how
+    # far past its lease a running job may be, how long a published job may wait unstarted
+    audit_interval: float | None = 5.0
+    audit_lease_grace: float = 60.0
+    audit_stuck_after: float = 900.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
     # api: what one request may cost, besides the two body caps above (leasework.api.limits)
@@ -259,6 +264,9 @@ DURATIONS: dict[str, tuple[str, bool]] = {
     "RETRY_BASE": ("retry_base", False),
     "RETRY_CAP": ("retry_cap", False),
     "PRUNE_INTERVAL": ("prune_interval", False),
+    "AUDIT_INTERVAL": ("audit_interval", True),
+    "AUDIT_LEASE_GRACE": ("audit_lease_grace", False),
+    "AUDIT_STUCK_AFTER": ("audit_stuck_after", False),
     "RETAIN_SUCCEEDED": ("retain_succeeded", True),
     "RETAIN_DEAD": ("retain_dead", True),
     "RETAIN_CANCELLED": ("retain_cancelled", True),

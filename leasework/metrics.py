@@ -168,3 +168,20 @@ doctor_overridden = Gauge(
     "overrides it: it runs against an unsafe setup",
     ["check"],
 )
+audit_jobs_checked = Counter(
+    "leasework_audit_jobs_checked",
+    "Finished jobs the auditor checked (effects, outcomes, attempts), from its watermark on",
+)
+audit_violations = Counter(
+    "leasework_audit_violations",
+    "Violations of the promise the auditor found, by invariant (each job once per kind)",
+    ["kind"],
+)
+audit_watermark = Gauge(
+    "leasework_audit_watermark_timestamp_seconds",
+    "finished_at of the last finished job the auditor checked (unix time)",
+)
+audit_last_pass = Gauge(
+    "leasework_audit_last_pass_timestamp_seconds",
+    "When this process's auditor last completed a pass (unix time)",
+)

@@ -1,8 +1,8 @@
 """The relay process: its maintenance services in one nursery, each with its own loop
 (:func:`leasework.relay.service.run_passes`): the outbox relay (:mod:`.outbox`), the
 promoter (:mod:`.promoter`), the scheduler (:mod:`.scheduler`), the reaper (:mod:`.reaper`),
-the pruner (:mod:`.pruner`), the backlog gauge (:mod:`.backlog`) and the consumer-lag
-service (:mod:`.lag`).
+the pruner (:mod:`.pruner`), the auditor (:mod:`.auditor`), the backlog gauge
+(:mod:`.backlog`) and the consumer-lag service (:mod:`.lag`).
 
 Each service claims its rows with ``FOR UPDATE SKIP LOCKED``, so any number of relays may
 run side by side.
@@ -15,6 +15,7 @@ import trio
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
+from leasework.relay.auditor import Auditor, AuditorConfig
 from leasework.relay.backlog import BacklogGauge
 from leasework.relay.lag import ConsumerLag, LagConfig
 from leasework.relay.outbox import OutboxConfig, OutboxRelay
@@ -39,6 +40,7 @@ def services(
         Scheduler(db, SchedulerConfig.from_settings(settings)),
         Reaper(db, ReaperConfig.from_settings(settings)),
         Pruner(db, PrunerConfig.from_settings(settings)),
+        Auditor(db, AuditorConfig.from_settings(settings)),
         BacklogGauge(db),
         ConsumerLag(LagConfig.from_settings(settings)),
     ]

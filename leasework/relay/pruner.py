@@ -1,13 +1,13 @@
 """The pruner: keeps the tables bounded by deleting what has been finished for long enough.
 
 Finished jobs go after their state's retention (``LEASEWORK_RETAIN_SUCCEEDED``, ``_DEAD``,
-``_CANCELLED``), taking their outbox rows, attempts and effects with them; audit entries go
-after ``_RETAIN_AUDIT``, Alertmanager's notifications after ``_RETAIN_ALERTS``, schedules'
-recorded ticks after ``_RETAIN_TICKS`` (a pruned tick can be backfilled again; the scheduler
-never goes back to it). (The outbox
-needs no retention of its own: the relay deletes each row once Kafka acknowledged it.) Each
-pass deletes in batches claimed with ``FOR UPDATE SKIP LOCKED``, so several relays prune side
-by side without waiting on each other, until a batch comes back short. A pruned job's
+``_CANCELLED``), taking their outbox rows, attempts and effects with them; audit entries
+(and the auditor's violations) go after ``_RETAIN_AUDIT``, Alertmanager's notifications
+after ``_RETAIN_ALERTS``, schedules' recorded ticks after ``_RETAIN_TICKS`` (a pruned tick
+can be backfilled again; the scheduler never goes back to it). (The outbox needs no
+retention of its own: the relay deletes each row once Kafka acknowledged it.) Each pass
+deletes in batches claimed with ``FOR UPDATE SKIP LOCKED``, so several relays prune side by
+side without waiting on each other, until a batch comes back short. A pruned job's
 idempotency key is free again: a replay after the retention makes a new job (the README says
 so).
 """
@@ -65,6 +65,7 @@ class Retention:
             "audit_log": self.audit,
             "alert_notifications": self.alerts,
             "schedule_ticks": self.ticks,
+            "invariant_violations": self.audit,  # the auditor's findings: kept as long
         }
 
 

@@ -99,6 +99,7 @@ AGED_TABLES = {
     "audit_log": "at",
     "alert_notifications": "received_at",
     "schedule_ticks": "recorded_at",
+    "invariant_violations": "found_at",
 }
 
 

@@ -107,7 +107,8 @@ def jobs_defer_many(
 FINISH_MANY = f"""
 WITH done AS (
     SELECT * FROM jsonb_to_recordset(%(done)s)
-        AS d(id uuid, fence bigint, status text, error text, retry float8, result jsonb)),
+        AS d(id uuid, fence bigint, status text, error text, retry float8, result jsonb,
+             effects boolean)),
 finished AS (
     UPDATE jobs SET status = done.status, last_error = done.error, result = done.result,
            run_at = CASE WHEN done.retry IS NULL THEN jobs.run_at
@@ -118,10 +119,11 @@ finished AS (
     FROM done
     WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.status = 'running'
     RETURNING jobs.id, jobs.fence, jobs.type, jobs.status, jobs.attempt, jobs.last_error,
-              jobs.payload),
+              jobs.payload, done.effects),
 closed AS (
     UPDATE attempts SET finished_at = now(), outcome = finished.status,
-           error = finished.last_error
+           error = finished.last_error,
+           effects_committed = attempts.effects_committed OR coalesce(finished.effects, false)
     FROM finished WHERE attempts.job_id = finished.id AND attempts.fence = finished.fence),
 dead AS ({dead_letter_outbox_insert("finished")})
 SELECT id, status FROM finished
@@ -185,16 +187,20 @@ def jobs_finish_many(
     where its own fence still holds, in one transaction. Returns the status written per job;
     a job absent from the answer was rejected by the fence (a newer claim holds it) and none
     of its effects ran. An effect that raises is undone and turns that job's outcome into
-    ``effect_failed(exc)``; the other jobs of the batch are not touched. ``retrying``: an
+    ``effect_failed(exc)``; the other jobs of the batch are not touched. The attempt row of a
+    job whose effects committed says so (``effects_committed``: the auditor counts them, one
+    per job at most). ``retrying``: an
     earlier try may have committed without its answer arriving; rows it wrote are reported
     as written, not as rejected."""
     outcomes = {c.job_id: c.outcome for c in completions}
     for outcome in outcomes.values():
         transition(Status.RUNNING, outcome.status)  # raises on an outcome running cannot reach
     with_effects = [c for c in completions if c.effects and c.outcome.status == Status.SUCCEEDED]
+    applied: set[uuid.UUID] = set()  # jobs whose effects ran and stay: the attempt says so
     if with_effects:
         held = _held(conn, with_effects)
         failures = _apply_effects(conn, [c for c in with_effects if c.job_id in held])
+        applied = {c.job_id for c in with_effects if c.job_id in held} - set(failures)
         for c in with_effects:
             if (failure := failures.get(c.job_id)) is None:
                 continue
@@ -214,6 +220,7 @@ def jobs_finish_many(
             "error": outcomes[c.job_id].error,
             "retry": outcomes[c.job_id].retry_in,
             "result": outcomes[c.job_id].result,
+            "effects": c.job_id in applied,
         }
         for c in completions
     ]

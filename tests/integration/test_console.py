@@ -142,6 +142,13 @@ def test_login_find_a_dead_job_retry_it_and_see_it_succeed(browser, make_token, 
     shot(page, "audit")
 
     with page.expect_navigation():
+        page.click("nav >> text=Invariants")
+    kinds = page.locator("table.invariants tbody tr").all_inner_texts()
+    assert [k.split()[0] for k in kinds][:2] == ["effects_twice", "effects_without_success"]
+    assert "finished job(s)" in page.locator("dl.facts").inner_text()
+    shot(page, "invariants")
+
+    with page.expect_navigation():
         page.click("text=Log out")  # a POST with the session's CSRF token
     assert "/ui/login" in page.url
     assert not [c for c in context.cookies() if c["name"] == "leasework_console"]

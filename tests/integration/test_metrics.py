@@ -12,6 +12,7 @@ import httpx
 from chaos.promql import scrape
 from devstack.layout import STACK_APP
 from leasework.app import load_app
+from leasework.audit import Kind
 from leasework.relay.pruner import Retention
 from leasework.schedule import SkipReason as TickSkipReason
 from leasework.states import Status
@@ -58,6 +59,7 @@ LABEL_DOMAINS = {
     "source": {"cron", "catch_up", "trigger", "backfill"},
     "dependency": {"postgres", "redis", "kafka"},
     "result": {"ok", "lost", "error"},
+    "kind": {str(k) for k in Kind},  # the auditor's invariants
 }
 SAMPLE_LABELS = {"le", "quantile"}  # histogram buckets: a fixed set per metric
 # labels whose values are names an operator chose (a schedule's): bounded by how many the

@@ -96,6 +96,7 @@ CONSOLE_REQUESTS: dict[str, list[tuple[str, str, dict[str, str] | None]]] = {
     ],
     "workers": [("GET", "/ui/workers", None)],
     "audit": [("GET", "/ui/audit", None)],
+    "invariants": [("GET", "/ui/invariants", None)],
     "alerts": [("GET", "/ui/alerts", None)],
     "not_found": [("GET", "/ui/no-such-page", None)],
     "logout": [("POST", "/ui/logout", {})],

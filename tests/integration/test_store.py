@@ -316,7 +316,8 @@ async def test_the_pruner_deletes_audit_entries_and_notifications_past_their_ret
     old_alerts = [aged(conn, "alert_notifications", age) for age in ("45 days", "31 days")]
     fresh_alerts = [aged(conn, "alert_notifications", age) for age in ("29 days", "1 second")]
     before = {
-        t: metrics.rows_pruned.labels(t)._value.get() for t in ("audit_log", "alert_notifications")
+        t: metrics.rows_pruned.labels(t)._value.get()
+        for t in ("audit_log", "alert_notifications", "invariant_violations")
     }
     day = 86400.0
     retention = Retention(
@@ -330,7 +331,8 @@ async def test_the_pruner_deletes_audit_entries_and_notifications_past_their_ret
     # the shared tables may hold older rows of their own: at least ours went
     assert counts.tables["audit_log"] >= 2 and counts.tables["alert_notifications"] >= 2
     assert counts.jobs == {}  # 'never' prunes nothing
-    assert set(counts.tables) == {"audit_log", "alert_notifications"}  # the outbox has no age
+    # the outbox has no age; the auditor's violations go with the audit's retention
+    assert set(counts.tables) == {"audit_log", "alert_notifications", "invariant_violations"}
     settings = config.load("relay", {"LEASEWORK_RETAIN_AUDIT": "never"})
     assert Retention.from_settings(settings).of_tables()["audit_log"] is None
     assert Retention.from_settings(settings).of_tables()["alert_notifications"] == 30 * day

@@ -4,13 +4,16 @@ with the expectations into one judgement."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from chaos.auditor import AuditorView
 from chaos.checker import UNKNOWN, compose
 from chaos.judge import EXPECTATIONS, HARNESS, Evidence, harness_findings, judge_run
 from chaos.loader import loads_scenario
 from chaos.messages import MessageView
 from chaos.scenario import Expectations
 from chaos.shop import shop_view
-from chaos.verdict import Verdict, check
+from chaos.verdict import JobIssue, Verdict, check
 from chaos.workload import ClientView, Drain
 
 VIEW = ClientView(10, 0, 0, 0, 0, 0, 1, ())
@@ -49,6 +52,41 @@ def test_a_fence_downstream_run_demands_a_refused_stale_call():
     assert none.valid == UNKNOWN and "0 call(s) refused as stale" in none.message
     (unread,) = harness("min_mail_refusals = 1\n")  # the shop was not read
     assert unread.message.startswith("evidence: unknown call(s) refused")
+
+
+def found(*pairs: tuple[str, str]) -> AuditorView:
+    return AuditorView(True, 6.0, tuple({"kind": k, "job_id": j, "detail": "d"} for k, j in pairs))
+
+
+def test_with_the_fence_on_the_auditor_must_find_nothing_among_the_runs_jobs():
+    assert harness(auditor=AuditorView(True, 6.0)) == ()
+    (bad,) = harness(auditor=found(("stale_outcome", "j1")))
+    assert bad.kind == "auditor" and bad.valid is False and "stale_outcome j1" in bad.message
+    (late,) = harness(auditor=AuditorView(False, 30.0))
+    assert late.valid == UNKNOWN and "did not pass the run's last finished job" in late.message
+
+
+def test_with_the_fence_off_the_auditor_must_find_every_job_the_checker_doubled():
+    doubled = dataclasses.replace(
+        empty_verdict(),
+        doubled=3,
+        doubled_jobs=(
+            JobIssue("j1", "k1", "2 ledger effects (fences 1, 2)"),
+            JobIssue("j2", "k2", "2 ledger effects (fences 3, 4)"),
+            JobIssue("j3", "k3", "2 email effects (fences 4, 3)"),  # the mail's, not ours
+        ),
+    )
+
+    def judged(view: AuditorView) -> tuple:
+        return harness_findings(
+            Evidence(doubled, expectations(""), view=VIEW, auditor=view, fencing=False)
+        )
+
+    both = found(("effects_twice", "j1"), ("succeeded_twice", "j2"), ("stale_outcome", "j2"))
+    assert judged(both) == ()
+    (missed,) = judged(found(("effects_twice", "j1")))
+    assert missed.valid is False and "missed 1 of the 2 job(s)" in missed.message
+    assert "j2" in missed.message
 
 
 def test_an_expected_alert_already_firing_at_the_start_proves_nothing():

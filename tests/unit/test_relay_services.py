@@ -388,7 +388,7 @@ async def test_a_promoter_pass_is_a_full_batch_or_the_relay_waits(monkeypatch):
 
 async def test_a_prune_pass_drains_each_retention_in_batches_and_leaves_the_outbox_alone():
     calls: list[tuple] = []
-    answers = {"succeeded": [2, 2, 1], "audit_log": [0]}
+    answers = {"succeeded": [2, 2, 1], "audit_log": [0], "invariant_violations": [1]}
 
     class Deleting:
         async def run(self, fn, *args):
@@ -397,9 +397,11 @@ async def test_a_prune_pass_drains_each_retention_in_batches_and_leaves_the_outb
 
     retention = Retention(succeeded=10.0, dead=None, cancelled=None, audit=20.0)
     counts = await Pruner(Deleting(), PrunerConfig(retention, batch=2)).run_once()  # type: ignore[arg-type]
-    assert counts.jobs == {Status.SUCCEEDED: 5} and counts.tables == {"audit_log": 0}
+    assert counts.jobs == {Status.SUCCEEDED: 5}
+    assert counts.tables == {"audit_log": 0, "invariant_violations": 1}  # the audit's retention
     assert calls == [("jobs_prune", "succeeded", "10.0", "2")] * 3 + [
-        ("rows_prune", "audit_log", "20.0", "2")
+        ("rows_prune", "audit_log", "20.0", "2"),
+        ("rows_prune", "invariant_violations", "20.0", "2"),
     ]
     assert not counts.more_waiting  # a pass drains what is past its retention
     assert "outbox" not in Retention.from_settings(SETTINGS).of_tables()

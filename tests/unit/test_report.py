@@ -160,7 +160,8 @@ def test_summary_rows_render_as_markdown_and_plain(tmp_path):
     lines = md.splitlines()
     assert (
         lines[0]
-        == "| scenario | faults | accepted | lost | doubled | executions | recovery | result |"
+        == "| scenario | faults | accepted | lost | doubled | executions | recovery | auditor "
+        "| result |"
     )
     assert lines[1].startswith("|---|") and len(lines) == 4
     assert "| kill-and-slow | sigkill, latency | 19 | 0 | 0 |" in lines[2]

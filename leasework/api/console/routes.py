@@ -25,7 +25,7 @@ from quart import Blueprint, Response, g, redirect, render_template, request, ur
 from quart_trio import QuartTrio
 from werkzeug.datastructures import MultiDict
 
-from leasework import operations, store
+from leasework import audit, operations, store
 from leasework.api.auth import Authenticator, RateLimiter
 from leasework.api.console import filters, prometheus
 from leasework.api.console import schedules as schedule_pages
@@ -52,6 +52,7 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.health import Health
 from leasework.states import RETRYABLE, TERMINAL, Status
+from leasework.store import audit as store_audit
 from leasework.store import console as queries
 from leasework.store import operators
 from leasework.store.jobs import TIME_FIELDS
@@ -440,6 +441,20 @@ class Console:
         )
         return await self.page("audit.html", nav="audit", entries=entries, target=target)
 
+    async def invariants(self) -> Response:
+        """What the auditor checked, up to when, and every violation it found, with its job."""
+
+        def read(conn: psycopg.Connection) -> dict[str, Any]:
+            return {
+                "state": store_audit.audit_state(conn),
+                "counts": store_audit.violation_counts(conn),
+                "violations": store_audit.violations_recent(conn, limit=200),
+            }
+
+        return await self.page(
+            "invariants.html", nav="invariants", meaning=audit.MEANING, **await self.db.run(read)
+        )
+
     async def alerts(self) -> Response:
         rows = await self.db.run(lambda conn: operators.alerts_list(conn, limit=200))
         return await self.page("alerts.html", nav="alerts", notifications=rows)
@@ -658,6 +673,7 @@ CONSOLE_ROUTES: tuple[Route, ...] = (
     Route("GET", "/workers", Console.workers, twin("GET", "/workers"), "workers"),
     Route("GET", "/audit", Console.audit, twin("GET", "/audit"), "audit"),
     # Alertmanager's notifications (the overview shows the latest too): no API twin
+    Route("GET", "/invariants", Console.invariants, VIEW_SCOPE, "invariants"),
     Route("GET", "/alerts", Console.alerts, VIEW_SCOPE, "alerts"),
     Route("GET", "/{rest:path}", Console.not_found, VIEW_SCOPE, "not_found"),
     Route("POST", "/{rest:path}", Console.not_found, VIEW_SCOPE, "not_found"),

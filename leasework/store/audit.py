@@ -1,0 +1,180 @@
+"""The auditor's statements (connections give rows as dicts): finished jobs from a watermark
+with their attempts, the running and waiting jobs that break a bound now, the violations
+found, and the watermark itself (:mod:`leasework.audit` holds the invariants)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from leasework.audit import (
+    AttemptRow,
+    FinishedJob,
+    Kind,
+    Violation,
+    attempt_row,
+    finished_job,
+    overdue_lease,
+    stuck_queued,
+)
+from leasework.states import TERMINAL
+
+NIL = uuid.UUID(int=0)
+_TERMINAL = [str(s) for s in sorted(TERMINAL)]
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Finished jobs up to and including (``finished_at``, ``job_id``) have been checked."""
+
+    finished_at: datetime | None  # None: nothing checked yet
+    job_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class AuditState:
+    watermark: Watermark
+    passes: int
+    jobs_checked: int
+    last_pass_at: datetime | None
+    started_at: datetime
+
+
+def audit_state(conn: psycopg.Connection, *, lock: bool = False) -> AuditState | None:
+    """The auditor's row; with ``lock``, locked for this transaction, or None when another
+    relay's pass holds it (``SKIP LOCKED``: it is auditing, this one need not)."""
+    row = conn.execute(
+        "SELECT finished_after, after_id, passes, jobs_checked, last_pass_at, started_at "
+        "FROM invariant_audit WHERE id = 1" + (" FOR UPDATE SKIP LOCKED" if lock else "")
+    ).fetchone()
+    if row is None:
+        return None
+    return AuditState(
+        Watermark(row["finished_after"], row["after_id"]),
+        int(row["passes"]),
+        int(row["jobs_checked"]),
+        row["last_pass_at"],
+        row["started_at"],
+    )
+
+
+def finished_since(
+    conn: psycopg.Connection,
+    after: Watermark,
+    *,
+    until: datetime | None = None,
+    settle: float = 0.0,
+    limit: int,
+) -> tuple[list[FinishedJob], list[AttemptRow]]:
+    """Up to ``limit`` finished jobs after ``after`` in (finished_at, id) order, finished no
+    later than ``until`` nor than ``settle`` seconds ago (a transaction that stamped
+    finished_at and has not committed yet must not be overtaken), and all their attempts.
+    Through ``jobs_finished_idx``: the cost follows the batch, not the table."""
+    rows = conn.execute(
+        """SELECT id, status, fence, attempt, max_attempts, finished_at FROM jobs
+           WHERE status = ANY(%(terminal)s::text[])
+             AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
+             AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz)
+                  OR id > %(after_id)s)
+             AND finished_at <= least(coalesce(%(until)s, 'infinity'::timestamptz),
+                                      now() - make_interval(secs => %(settle)s))
+           ORDER BY finished_at, id
+           LIMIT %(limit)s""",
+        {
+            "terminal": _TERMINAL,
+            "after": after.finished_at,
+            "after_id": after.job_id or NIL,
+            "until": until,
+            "settle": settle,
+            "limit": limit,
+        },
+    ).fetchall()
+    jobs = [finished_job(r) for r in rows]
+    if not jobs:
+        return [], []
+    attempts = conn.execute(
+        "SELECT job_id, attempt, fence, outcome, effects_committed FROM attempts "
+        "WHERE job_id = ANY(%s::uuid[])",
+        ([j.id for j in jobs],),
+    ).fetchall()
+    return jobs, [attempt_row(r) for r in attempts]
+
+
+def waiting_violations(
+    conn: psycopg.Connection, *, lease_grace: float, stuck_after: float, limit: int
+) -> list[Violation]:
+    """What breaks a bound now: jobs running past their lease by more than ``lease_grace``
+    seconds, and jobs due for more than ``stuck_after`` with no outbox row and no attempt
+    started since (at most ``limit`` of each; through ``jobs_lease_idx`` and the queued
+    jobs, whatever the finished ones number)."""
+    overdue = conn.execute(
+        """SELECT id, extract(epoch FROM now() - lease_expires_at)::float8 AS overdue,
+                  lease_owner
+           FROM jobs WHERE status = 'running'
+             AND lease_expires_at < now() - make_interval(secs => %s)
+           ORDER BY lease_expires_at LIMIT %s""",
+        (lease_grace, limit),
+    ).fetchall()
+    stuck = conn.execute(
+        """SELECT j.id, extract(epoch FROM now() - j.run_at)::float8 AS due
+           FROM jobs j
+           WHERE j.status = 'queued' AND j.run_at < now() - make_interval(secs => %(bound)s)
+             AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
+             AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id
+                             AND a.started_at > now() - make_interval(secs => %(bound)s))
+           ORDER BY j.run_at LIMIT %(limit)s""",
+        {"bound": stuck_after, "limit": limit},
+    ).fetchall()
+    return [overdue_lease(r["id"], r["overdue"], r["lease_owner"]) for r in overdue] + [
+        stuck_queued(r["id"], r["due"]) for r in stuck
+    ]
+
+
+def violations_record(conn: psycopg.Connection, violations: list[Violation]) -> list[Violation]:
+    """Record ``violations``; returns those not recorded before (one row per kind and job)."""
+    if not violations:
+        return []
+    rows = conn.execute(
+        """INSERT INTO invariant_violations (kind, job_id, detail)
+           SELECT * FROM unnest(%s::text[], %s::uuid[], %s::text[])
+           ON CONFLICT (kind, job_id) DO NOTHING
+           RETURNING kind, job_id, detail""",
+        (
+            [str(v.kind) for v in violations],
+            [v.job_id for v in violations],
+            [v.detail for v in violations],
+        ),
+    ).fetchall()
+    return [Violation(Kind(r["kind"]), r["job_id"], r["detail"]) for r in rows]
+
+
+def audit_advance(conn: psycopg.Connection, watermark: Watermark, checked: int) -> None:
+    conn.execute(
+        """UPDATE invariant_audit SET finished_after = coalesce(%s, finished_after),
+                  after_id = coalesce(%s, after_id), passes = passes + 1,
+                  jobs_checked = jobs_checked + %s, last_pass_at = now()
+           WHERE id = 1""",
+        (watermark.finished_at, watermark.job_id, checked),
+    )
+
+
+def violations_recent(conn: psycopg.Connection, limit: int = 200) -> list[dict[str, Any]]:
+    """The latest violations found, newest first, each with its job's type and status."""
+    return conn.execute(
+        """SELECT v.kind, v.job_id, v.detail, v.found_at, j.type, j.status
+           FROM invariant_violations v LEFT JOIN jobs j ON j.id = v.job_id
+           ORDER BY v.found_at DESC, v.id DESC LIMIT %s""",
+        (limit,),
+    ).fetchall()
+
+
+def violation_counts(conn: psycopg.Connection) -> dict[str, int]:
+    """Every violation recorded and kept, by kind."""
+    rows = conn.execute(
+        "SELECT kind, count(*) AS n FROM invariant_violations GROUP BY kind"
+    ).fetchall()
+    return {r["kind"]: int(r["n"]) for r in rows}

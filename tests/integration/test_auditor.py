@@ -1,0 +1,203 @@
+"""The auditor on a real Postgres: a schema of the test's own with the product's jobs,
+attempts, outbox and auditor tables (their indexes too), so that seeded violations never
+reach the stack's own auditor. A job seeded to break each invariant must be found, by the
+relay's pass and by ``leasework audit``'s window; the clean ones must not; and the
+completer's own finish must record the effects it committed."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from leasework import store
+from leasework.audit import Kind
+from leasework.audit_cli import audit_window
+from leasework.outcomes import Completion, Outcome
+from leasework.relay.auditor import AuditorConfig, audit_pass
+from leasework.states import Status
+from leasework.store import audit as store_audit
+from tests.integration.conftest import DIRECT_DSN
+
+TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations")
+CONFIG = AuditorConfig(settle=0.0, lease_grace=30.0, stuck_after=600.0)
+
+
+@pytest.fixture
+def conn(stack) -> Iterator[psycopg.Connection]:
+    schema = f"audit_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        for table in TABLES:
+            admin.execute(f"CREATE TABLE {schema}.{table} (LIKE public.{table} INCLUDING ALL)")
+        admin.execute(f"INSERT INTO {schema}.invariant_audit DEFAULT VALUES")
+    try:
+        with psycopg.connect(
+            DIRECT_DSN, row_factory=dict_row, options=f"-c search_path={schema},public"
+        ) as c:
+            yield c
+    finally:
+        with psycopg.connect(DIRECT_DSN, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def seed(conn, status: str, attempts: list[tuple[int, str | None, bool]], **job) -> uuid.UUID:
+    """A job of ``status`` (finished a minute ago unless waiting) and its attempts
+    (fence, outcome, effects committed)."""
+    job_id = uuid.uuid4()
+    finished = status in ("succeeded", "dead", "cancelled")
+    fence = job.pop("fence", max((f for f, _, _ in attempts), default=0))
+    conn.execute(
+        """INSERT INTO jobs (id, type, payload, status, run_at, attempt, max_attempts,
+                             attempt_budget, timeout_seconds, fence, lease_owner,
+                             lease_expires_at, finished_at)
+           VALUES (%(id)s, 'ledger', '{}', %(status)s,
+                   now() - make_interval(secs => %(due)s), %(attempt)s, %(budget)s,
+                   %(budget)s, 30,
+                   %(fence)s, %(owner)s, now() - make_interval(secs => %(expired)s),
+                   CASE WHEN %(finished)s THEN now() - interval '1 minute' END)""",
+        {
+            "id": job_id,
+            "status": status,
+            "due": job.pop("due", 60),
+            "attempt": len(attempts),
+            "budget": job.pop("budget", 5),
+            "fence": fence,
+            "owner": "worker-1" if status == "running" else None,
+            "expired": job.pop("expired", -30) if status == "running" else 0,
+            "finished": finished,
+        },
+    )
+    for n, (f, outcome, effects) in enumerate(attempts, start=1):
+        conn.execute(
+            """INSERT INTO attempts (job_id, attempt, worker, fence, outcome, effects_committed,
+                                     started_at)
+               VALUES (%s, %s, 'worker-1', %s, %s, %s, now() - interval '2 hours')""",
+            (job_id, n, f, outcome, effects),
+        )
+    conn.commit()
+    return job_id
+
+
+def seeded(conn) -> dict[Kind, uuid.UUID]:
+    """One job breaking each invariant, and clean jobs around them."""
+    seed(conn, "succeeded", [(1, "lease_expired", False), (2, "succeeded", True)])
+    seed(conn, "dead", [(1, "failed", False), (2, "lease_expired", False)], budget=2)
+    seed(conn, "running", [(1, None, False)])  # within its lease
+    seed(conn, "queued", [], due=3600)  # due long ago, but still in the outbox (below)
+    conn.execute(
+        "INSERT INTO outbox (job_id, topic, key, value) SELECT id, 'jobs.ready', id::text, '{}' "
+        "FROM jobs WHERE status = 'queued'"
+    )
+    conn.commit()
+    ok, failed, dead, lost = "succeeded", "failed", "dead", "lease_expired"
+    return {
+        Kind.EFFECTS_TWICE: seed(
+            conn, ok, [(1, failed, False), (2, ok, True), (3, ok, True)], fence=3
+        ),
+        Kind.EFFECTS_WITHOUT_SUCCESS: seed(conn, dead, [(1, failed, True), (2, dead, False)]),
+        Kind.SUCCEEDED_TWICE: seed(conn, ok, [(1, ok, False), (2, ok, False)]),
+        Kind.STALE_OUTCOME: seed(conn, ok, [(1, ok, False), (2, lost, False)], fence=1),
+        Kind.OVER_BUDGET: seed(
+            conn, dead, [(1, failed, False), (2, failed, False), (3, dead, False)], budget=2
+        ),
+        Kind.OVERDUE_LEASE: seed(conn, "running", [(1, None, False)], expired=300),
+        Kind.STUCK_QUEUED: seed(conn, "queued", [], due=3600),
+    }
+
+
+def by_kind(violations) -> dict[Kind, set[uuid.UUID]]:
+    found: dict[Kind, set[uuid.UUID]] = {}
+    for v in violations:
+        found.setdefault(v.kind, set()).add(v.job_id)
+    return found
+
+
+def test_the_relays_pass_finds_each_seeded_violation_once_and_only_those(conn):
+    wanted = seeded(conn)
+    with conn.transaction():
+        first = audit_pass(conn, CONFIG)
+    assert first.checked == 7 and not first.skipped and not first.more_waiting
+    found = by_kind(first.found)
+    # the job with two successes breaks effects_twice and succeeded_twice together
+    assert found.pop(Kind.SUCCEEDED_TWICE) == {
+        wanted[Kind.SUCCEEDED_TWICE],
+        wanted[Kind.EFFECTS_TWICE],
+    }
+    assert found == {kind: {job} for kind, job in wanted.items() if kind != Kind.SUCCEEDED_TWICE}
+    with conn.transaction():
+        again = audit_pass(conn, CONFIG)
+    assert again.checked == 0 and again.found == ()  # the watermark moved; waiting ones known
+    assert store_audit.violation_counts(conn)[str(Kind.OVERDUE_LEASE)] == 1
+    state = store_audit.audit_state(conn)
+    assert state is not None and state.jobs_checked == 7 and state.passes == 2
+
+
+def test_a_pass_takes_a_batch_and_a_job_finished_again_is_checked_again(conn):
+    ids = [seed(conn, "succeeded", [(1, "succeeded", True)]) for _ in range(3)]
+    small = AuditorConfig(settle=0.0, batch=2)
+    with conn.transaction():
+        first = audit_pass(conn, small)
+    assert first.checked == 2 and first.more_waiting
+    with conn.transaction():
+        assert audit_pass(conn, small).checked == 1
+    # a stale worker finishes the first job again, under its old fence, later
+    conn.execute(
+        "INSERT INTO attempts (job_id, attempt, worker, fence, outcome, effects_committed) "
+        "VALUES (%s, 2, 'worker-2', 2, 'succeeded', true)",
+        (ids[0],),
+    )
+    conn.execute("UPDATE jobs SET finished_at = now() WHERE id = %s", (ids[0],))
+    conn.commit()
+    with conn.transaction():
+        late = audit_pass(conn, small)
+    assert late.checked == 1
+    assert by_kind(late.found)[Kind.EFFECTS_TWICE] == {ids[0]}
+
+
+def test_a_second_relay_skips_the_pass_another_holds(conn):
+    schema = conn.execute("SELECT current_schema() AS s").fetchone()["s"]
+    with psycopg.connect(
+        DIRECT_DSN, row_factory=dict_row, options=f"-c search_path={schema},public"
+    ) as other:
+        with conn.transaction(), other.transaction():
+            assert not audit_pass(conn, CONFIG).skipped
+            assert audit_pass(other, CONFIG).skipped
+
+
+def test_the_cli_window_finds_what_the_pass_finds_and_nothing_outside_it(conn):
+    wanted = seeded(conn)
+    now = conn.execute("SELECT now() AS t").fetchone()["t"]
+    report = audit_window(conn, now - timedelta(hours=1), None, lease_grace=30, stuck_after=600)
+    assert report.jobs_checked == 7 and not report.valid
+    assert {v.job_id for v in report.violations} == set(wanted.values())
+    later = audit_window(conn, now - timedelta(seconds=10), None, lease_grace=30, stuck_after=600)
+    assert later.jobs_checked == 0  # finished a minute ago: outside; the waiting ones are now
+    assert by_kind(later.violations).keys() == {Kind.OVERDUE_LEASE, Kind.STUCK_QUEUED}
+
+
+def test_the_completers_finish_records_the_effects_it_committed(conn):
+    job_id = seed(conn, "running", [(7, None, False)])
+    effect_ran = []
+    done = Completion(
+        job_id, 7, Outcome(Status.SUCCEEDED), effects=(lambda c: effect_ran.append(True),)
+    )
+    with conn.transaction():
+        written = store.jobs_finish_many(conn, [done], dlq_topic="jobs.dlq")
+    assert written == {job_id: Status.SUCCEEDED} and effect_ran == [True]
+    row = conn.execute(
+        "SELECT outcome, effects_committed FROM attempts WHERE job_id = %s", (job_id,)
+    ).fetchone()
+    assert row == {"outcome": "succeeded", "effects_committed": True}
+    plain = seed(conn, "running", [(8, None, False)])
+    with conn.transaction():
+        store.jobs_finish_many(
+            conn, [Completion(plain, 8, Outcome(Status.SUCCEEDED))], dlq_topic="x"
+        )
+    assert conn.execute(
+        "SELECT effects_committed FROM attempts WHERE job_id = %s", (plain,)
+    ).fetchone() == {"effects_committed": False}

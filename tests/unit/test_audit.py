@@ -1,0 +1,129 @@
+"""The auditor's invariants on hand-written rows: each kind found on a job seeded to break it,
+and the histories a fenced system makes (a reaped attempt, a retry, an operator's retry of a
+dead job, a cancel while a retry waits) found clean."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from leasework.audit import (
+    AttemptRow,
+    AuditReport,
+    FinishedJob,
+    Kind,
+    check_finished,
+    jobs_of,
+    overdue_lease,
+    stuck_queued,
+)
+from leasework.audit_cli import parse_moment
+from leasework.states import Status
+
+NOW = datetime(2026, 12, 4, 8, 0, tzinfo=UTC)
+
+
+def job(status: Status = Status.SUCCEEDED, fence: int = 2, attempt: int = 2, budget: int = 5):
+    return FinishedJob(uuid.uuid4(), status, fence, attempt, budget, NOW)
+
+
+def attempt(j: FinishedJob, n: int, fence: int, outcome: str | None, effects: bool = False):
+    return AttemptRow(j.id, n, fence, outcome, effects)
+
+
+def kinds(found) -> list[str]:
+    return sorted(str(v.kind) for v in found)
+
+
+def test_a_job_whose_effects_committed_twice_is_found_with_both_fences():
+    j = job()
+    rows = [attempt(j, 1, 1, "succeeded", True), attempt(j, 2, 2, "succeeded", True)]
+    found = check_finished([j], rows)
+    assert kinds(found) == ["effects_twice", "succeeded_twice"]
+    (twice,) = [v for v in found if v.kind == Kind.EFFECTS_TWICE]
+    assert twice.job_id == j.id and "fences 1, 2" in twice.detail
+
+
+def test_the_unsafe_history_a_stale_finish_after_the_new_one_breaks_three_invariants():
+    # the plain-TTL worker wakes, puts the job back under its old fence and succeeds again
+    j = job(fence=1)
+    rows = [attempt(j, 1, 1, "succeeded", True), attempt(j, 2, 2, "succeeded", True)]
+    assert kinds(check_finished([j], rows)) == [
+        "effects_twice",
+        "stale_outcome",
+        "succeeded_twice",
+    ]
+
+
+def test_effects_of_an_attempt_that_did_not_succeed_are_found():
+    j = job(Status.DEAD, fence=2)
+    rows = [attempt(j, 1, 1, "failed", True), attempt(j, 2, 2, "dead")]
+    (found,) = check_finished([j], rows)
+    assert found.kind == Kind.EFFECTS_WITHOUT_SUCCESS and "failed (fence 1)" in found.detail
+
+
+def test_a_success_whose_current_attempt_says_otherwise_is_stale():
+    j = job(fence=2)
+    rows = [attempt(j, 1, 1, "succeeded", True), attempt(j, 2, 2, "lease_expired")]
+    assert "stale_outcome" in kinds(check_finished([j], rows))
+
+
+def test_more_attempts_than_the_budget_are_found():
+    j = job(Status.DEAD, fence=3, attempt=3, budget=2)
+    rows = [attempt(j, n, n, "failed" if n < 3 else "dead") for n in (1, 2, 3)]
+    (found,) = check_finished([j], rows)
+    assert found.kind == Kind.OVER_BUDGET and found.detail == "3 attempts, max_attempts 2"
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        # a worker lost its lease; the reaper closed it, the next attempt succeeded
+        (Status.SUCCEEDED, 2, [(1, "lease_expired", False), (2, "succeeded", True)]),
+        # retried after failures, then dead: the reaper closed the last one lease_expired
+        (Status.DEAD, 3, [(1, "failed", False), (2, "failed", False), (3, "lease_expired", False)]),
+        # an operator retried a dead job (max_attempts raised) and it succeeded
+        (Status.SUCCEEDED, 2, [(1, "dead", False), (2, "succeeded", True)]),
+        # cancelled while its retry waited
+        (Status.CANCELLED, 1, [(1, "failed", False)]),
+        # succeeded without effects; cancelled before it ever ran
+        (Status.SUCCEEDED, 1, [(1, "succeeded", False)]),
+        (Status.CANCELLED, 0, []),
+    ],
+)
+def test_what_a_fenced_system_does_is_clean(history):
+    status, fence, rows = history
+    j = job(status, fence=fence, attempt=len(rows))
+    assert (
+        check_finished([j], [attempt(j, n + 1, f, o, e) for n, (f, o, e) in enumerate(rows)]) == []
+    )
+
+
+def test_the_report_counts_by_kind_and_lists_each_violation():
+    j = job(fence=1)
+    rows = [attempt(j, 1, 1, "succeeded", True), attempt(j, 2, 2, "succeeded", True)]
+    waiting = [overdue_lease(uuid.uuid4(), 125.0, "worker-1"), stuck_queued(uuid.uuid4(), 1000)]
+    report = AuditReport(
+        1, NOW - timedelta(hours=1), None, tuple(check_finished([j], rows) + waiting)
+    )
+    counts = report.by_kind()
+    assert counts["effects_twice"] == 1 and counts["overdue_lease"] == 1
+    assert counts["over_budget"] == 0 and list(counts) == [str(k) for k in Kind]
+    text = report.text()
+    assert f"- effects_twice: job {j.id}: 2 attempts committed effects" in text
+    assert "running 125s past its lease (held by worker-1)" in text
+    assert text.endswith("result: INVALID, 5 violation(s)")
+    assert jobs_of(report.violations, Kind.EFFECTS_TWICE) == {j.id}
+    clean = AuditReport(10, None, None, ())
+    assert clean.valid and clean.text().endswith("result: VALID, nothing found")
+
+
+def test_a_window_is_given_as_a_time_or_an_age():
+    assert parse_moment("2h", NOW) == NOW - timedelta(hours=2)
+    assert parse_moment("90s", NOW) == NOW - timedelta(seconds=90)
+    assert parse_moment("2026-12-04T07:00:00Z", NOW) == NOW - timedelta(hours=1)
+    assert parse_moment("2026-12-04T07:00:00", NOW).tzinfo is not None
+    with pytest.raises(ValueError, match="neither an RFC 3339 time"):
+        parse_moment("yesterday", NOW)
