@@ -221,11 +221,13 @@ def test_parse_args_defaults_and_validation():
         "single",
         "single-client",
         "batch",
+        "unaudited-batch",
         "enqueue",
         "enqueue-one",
         "proxied-batch",
     ]
     assert cfg.door("enqueue-one") == bench_doors.Door("enqueue-one", 1, 16)
+    assert cfg.door("unaudited-batch") == cfg.door("batch")  # the same door, auditor off
     assert (cfg.repeat, cfg.fresh) == (1, False)
     assert bench.parse_args(["--repeat", "3", "--fresh"]).repeat == 3
     assert (cfg.jobs, cfg.floor_jobs, cfg.single_concurrency, cfg.batch_size) == (

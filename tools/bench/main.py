@@ -14,7 +14,11 @@ Rows, in this order (``--rows`` picks some):
 * ``enqueue-one``: the web-app pattern, a row of the caller's own and its job in one
   transaction (``leasework.enqueue``), 16 connections;
 * ``proxied-batch`` (and ``proxied-single``, ``proxied-enqueue`` on request): the same with
-  the stack's normal links, through Toxiproxy.
+  the stack's normal links, through Toxiproxy;
+* ``unaudited-batch`` (and ``unaudited-single`` on request): ``batch`` with the relay's
+  auditor off (``LEASEWORK_AUDIT_INTERVAL=never``), the auditor's cost by difference;
+* ``audit`` (on request): one auditor pass's time on a jobs table of 100,000 and of
+  1,000,000 finished jobs, in a scratch schema (``tools.bench.audit``).
 
 ``--repeat N`` runs all of it N times and writes ``summary.md`` with each figure's median and
 spread; ``--fresh`` stops and starts the whole stack before each run, then waits until the
@@ -63,6 +67,7 @@ from devstack.layout import (
 from tools.bench import doors, floor, report
 from tools.bench import pgbench as bench_pgbench
 from tools.bench import proc as procfs
+from tools.bench.audit import audit_row
 from tools.bench.tap import ReadyTap
 
 API_URL = "http://127.0.0.1:8080"
@@ -84,8 +89,14 @@ ROWS = (
     "proxied-single",
     "proxied-batch",
     "proxied-enqueue",
+    "unaudited-batch",
+    "unaudited-single",
+    "audit",
 )
-DEFAULT_ROWS = "floor,lone,single,single-client,batch,enqueue,enqueue-one,proxied-batch"
+DEFAULT_ROWS = (
+    "floor,lone,single,single-client,batch,unaudited-batch,enqueue,enqueue-one,proxied-batch"
+)
+UNAUDITED_ENV = {"LEASEWORK_AUDIT_INTERVAL": "never"}
 POLL = 0.25
 BUCKET = 0.5
 
@@ -124,7 +135,7 @@ class Config:
     out: Path = field(default_factory=lambda: default_repo_root() / "reports" / "bench")
 
     def door(self, row: str) -> doors.Door:
-        kind = row.removeprefix("proxied-")
+        kind = row.removeprefix("proxied-").removeprefix("unaudited-")
         if kind == "single":
             return doors.Door("single", 1, self.single_concurrency)
         if kind == "single-client":
@@ -171,7 +182,11 @@ class Bench:
         log(f"restarting {', '.join(APPS)} with {links} links")
         self.stack.stop_many(APPS)
         for name in APPS:
-            env = {**DIRECT_ENV, **self.cfg.app_env} if links == "direct" else self.cfg.app_env
+            env = dict(self.cfg.app_env)
+            if links.startswith("direct"):
+                env = {**DIRECT_ENV, **env}
+            if links.endswith("unaudited"):
+                env.update(UNAUDITED_ENV)
             self.stack.start(name, extra_env=env or None, timeout=90)
         self.links = links
         self.warm_up()
@@ -283,16 +298,18 @@ class Bench:
     # --- rows ----------------------------------------------------------------------------
     def leasework_row(self, row: str) -> dict[str, Any]:
         links = "toxiproxy" if row.startswith("proxied-") else "direct"
-        self.point_apps(links)
+        audited = not row.startswith("unaudited-")
+        self.point_apps(links if audited else f"{links}-unaudited")
         door = self.cfg.door(row)
         tag, jobs = f"{self.run_id}-{row}", self.cfg.jobs
-        log(f"{row}: {jobs} jobs, {door_label(door)}, {links} links")
+        label = door_label(door) + ("" if audited else ", auditor off")
+        log(f"{row}: {jobs} jobs, {label}, {links} links")
         window = procfs.Window(self.roots())
         sub = doors.submit(door, url=API_URL, dsn=POSTGRES_DIRECT_DSN, tag=tag, jobs=jobs)
         self.wait_done(tag, jobs, sub.first)
         measured = window.stop(jobs)
         finished, saturated = doors.timings(self.db, tag, sub.first)
-        result = self._row(row, door_label(door), links, jobs, sub, finished, saturated, measured)
+        result = self._row(row, label, links, jobs, sub, finished, saturated, measured)
         self.quiet()
         rate = self.cfg.paced_fraction * result["e2e_per_s"]
         n, interval = doors.paced_plan(rate, self.cfg.paced_seconds, door.chunk)
@@ -509,6 +526,10 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
                 continue
             if row == "lone":
                 result["lone"] = bench.lone_row()
+                continue
+            if row == "audit":
+                log("audit: one auditor pass on 100,000 and 1,000,000 finished jobs")
+                result["audit"] = audit_row(POSTGRES_DIRECT_DSN)
                 continue
             if result["idle"] is None and cfg.idle_seconds > 0 and not row.startswith("proxied-"):
                 bench.point_apps("direct")

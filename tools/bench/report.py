@@ -301,6 +301,24 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
                 f"not measured: {pg.get('error')}",
                 "",
             ]
+    audit = result.get("audit")
+    if audit:
+        lines += [
+            "## One auditor pass as the table grows",
+            "",
+            f"The relay's `audit_pass` over {audit['batch']:,} finished jobs from its "
+            f"watermark, {audit['passes']} passes at each size, in a scratch schema filled "
+            "with finished jobs (one attempt each):",
+            "",
+            "| jobs in the table | pass ms, median | min | max | vs the smallest |",
+            "|---:|---:|---:|---:|---:|",
+            *(
+                f"| {s['jobs']:,} | {s['median_ms']:.1f} | {min(s['pass_ms']):.1f} | "
+                f"{max(s['pass_ms']):.1f} | {s['vs_smallest']:.2f}x |"
+                for s in audit["sizes"]
+            ),
+            "",
+        ]
     lines += [
         "## Throughput over time",
         "",
