@@ -23,7 +23,7 @@ from datetime import datetime
 import psycopg
 
 from leasework import metrics
-from leasework.audit import Kind, Violation, check_finished
+from leasework.audit import Kind, Violation
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.relay.service import Backoff, Pass, run_passes
@@ -77,21 +77,17 @@ class AuditPass(Pass):
 
 def audit_pass(conn: psycopg.Connection, config: AuditorConfig) -> AuditPass:
     """One pass, in the caller's transaction (blocking)."""
-    state = store_audit.audit_state(conn, lock=True)
-    if state is None:
-        return AuditPass(0, (), None, skipped=True)
-    jobs, attempts = store_audit.finished_since(
-        conn, state.watermark, settle=config.settle, limit=config.batch
+    done = store_audit.audit_pass(
+        conn,
+        batch=config.batch,
+        settle=config.settle,
+        lease_grace=config.lease_grace,
+        stuck_after=config.stuck_after,
     )
-    violations = check_finished(jobs, attempts) + store_audit.waiting_violations(
-        conn, lease_grace=config.lease_grace, stuck_after=config.stuck_after, limit=config.batch
+    through = done.watermark.finished_at if done.watermark is not None else None
+    return AuditPass(
+        done.checked, done.found, through, done.skipped, full=done.checked >= config.batch
     )
-    new = store_audit.violations_record(conn, violations)
-    watermark = (
-        store_audit.Watermark(jobs[-1].finished_at, jobs[-1].id) if jobs else state.watermark
-    )
-    store_audit.audit_advance(conn, watermark, len(jobs))
-    return AuditPass(len(jobs), tuple(new), watermark.finished_at, full=len(jobs) >= config.batch)
 
 
 class Auditor:

@@ -17,6 +17,7 @@ from leasework.audit import (
     Kind,
     Violation,
     attempt_row,
+    check_finished,
     finished_job,
     overdue_lease,
     stuck_queued,
@@ -160,6 +161,41 @@ def audit_advance(conn: psycopg.Connection, watermark: Watermark, checked: int) 
            WHERE id = 1""",
         (watermark.finished_at, watermark.job_id, checked),
     )
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What one pass did: finished jobs checked, the violations it recorded that were new,
+    the watermark after it; ``skipped`` when another relay's pass held the auditor's row."""
+
+    checked: int
+    found: tuple[Violation, ...]
+    watermark: Watermark | None
+    skipped: bool = False
+
+
+def audit_pass(
+    conn: psycopg.Connection,
+    *,
+    batch: int,
+    settle: float,
+    lease_grace: float,
+    stuck_after: float,
+) -> Checked:
+    """One auditor pass in the caller's transaction: lock the auditor's row (or skip), check
+    up to ``batch`` finished jobs after the watermark and the waiting ones, record the
+    violations, advance the watermark."""
+    state = audit_state(conn, lock=True)
+    if state is None:
+        return Checked(0, (), None, skipped=True)
+    jobs, attempts = finished_since(conn, state.watermark, settle=settle, limit=batch)
+    violations = check_finished(jobs, attempts) + waiting_violations(
+        conn, lease_grace=lease_grace, stuck_after=stuck_after, limit=batch
+    )
+    new = violations_record(conn, violations)
+    watermark = Watermark(jobs[-1].finished_at, jobs[-1].id) if jobs else state.watermark
+    audit_advance(conn, watermark, len(jobs))
+    return Checked(len(jobs), tuple(new), watermark)
 
 
 def violations_recent(conn: psycopg.Connection, limit: int = 200) -> list[dict[str, Any]]:

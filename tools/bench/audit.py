@@ -3,7 +3,7 @@
 In a scratch schema of its own (the product's ``jobs``, ``attempts``, ``outbox`` and auditor
 tables copied with their indexes, dropped afterwards), the row fills the table with finished
 jobs (one attempt each, their effects committed) up to each size, then times passes of the
-relay's own :func:`leasework.relay.auditor.audit_pass` (5,000 jobs each, from the watermark
+relay's own pass (:func:`leasework.store.audit.audit_pass`) (5,000 jobs each, from the watermark
 the previous pass left), the watermark placed ``passes`` batches before the newest jobs.
 The cost of a pass should follow its batch, not the table: the figure is the median pass
 time at each size and its ratio to the smallest's.
@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from leasework.relay.auditor import AuditorConfig, audit_pass
+from leasework.store.audit import audit_pass
 
 TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations")
 SIZES = (100_000, 1_000_000)
@@ -61,12 +61,11 @@ def _time_passes(conn: psycopg.Connection, size: int, batch: int) -> list[float]
                   + %s * interval '1 second', after_id = NULL""",
         (start,),
     )
-    config = AuditorConfig(settle=0.0, batch=batch)
     times = []
     for _ in range(PASSES):
         t0 = time.perf_counter()
         with conn.transaction():
-            done = audit_pass(conn, config)
+            done = audit_pass(conn, batch=batch, settle=0.0, lease_grace=60.0, stuck_after=900.0)
         times.append(time.perf_counter() - t0)
         if done.checked != batch:
             raise RuntimeError(f"an audit pass checked {done.checked} jobs, not {batch}")
