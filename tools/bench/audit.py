@@ -56,6 +56,8 @@ def _fill(conn: psycopg.Connection, start: int, stop: int) -> None:
 def _time_passes(conn: psycopg.Connection, size: int, batch: int) -> list[float]:
     """Passes from a watermark ``PASSES`` batches before the newest job (seconds each)."""
     start = size - PASSES * batch
+    if start < 0:
+        raise ValueError(f"a table of {size} jobs is too small for {PASSES} passes of {batch}")
     conn.execute(
         """UPDATE invariant_audit SET finished_after = timestamptz '2020-01-01'
                   + %s * interval '1 second', after_id = NULL""",
