@@ -25,9 +25,14 @@ from leasework.states import TERMINAL, Status
 TABLES_JSON = "tables.json"
 
 
+def like_escaped(text: str) -> str:
+    """``text`` matched literally in a LIKE pattern (``\\``, ``%`` and ``_`` escaped)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def run_like(prefix: str) -> str:
     """The LIKE pattern of the idempotency keys of a run's jobs."""
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "-%"
+    return like_escaped(prefix) + "-%"
 
 
 def pending_jobs(prefix: str, schedules: Sequence[str] = ()) -> dict[str, int]:

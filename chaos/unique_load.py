@@ -43,6 +43,7 @@ from psycopg.types.json import Jsonb
 
 import leasework
 from chaos.scenario import UniqueSpec
+from chaos.tables import like_escaped
 from chaos.unique_keys import COMMITTED, FAILED, ROLLED_BACK, UNKNOWN_OUTCOME, UniqueInsert
 from chaos.workload import classify_exception, classify_response
 from devstack.layout import POSTGRES_DIRECT_DSN, POSTGRES_DSN
@@ -66,8 +67,7 @@ _OUTCOME = {"ok": COMMITTED, "fail": FAILED, "info": UNKNOWN_OUTCOME}
 
 def key_pattern(prefix: str) -> str:
     """The LIKE pattern of the run's unique keys."""
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"{escaped}-u%"
+    return f"{like_escaped(prefix)}-u%"
 
 
 def read_unique_jobs(prefix: str) -> list[dict[str, Any]]:

@@ -312,6 +312,24 @@ def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
     assert "- one invocation" in md
 
 
+def test_markdown_shows_an_audit_pass_at_each_size():
+    result = _result([_row("floor", 1800.0)])
+    sizes = [(100_000, [150.0, 160.0, 170.0], 1.0), (1_000_000, [150.0, 168.0, 190.0], 1.05)]
+    result["audit"] = {
+        "batch": 5000,
+        "passes": 3,
+        "sizes": [
+            {"jobs": n, "pass_ms": ms, "median_ms": ms[1], "vs_smallest": ratio}
+            for n, ms, ratio in sizes
+        ],
+    }
+    md = report.render_markdown(result)
+    assert "## One auditor pass as the table grows" in md
+    assert "| 100,000 | 160.0 | 150.0 | 170.0 | 1.00x |" in md
+    assert "| 1,000,000 | 168.0 | 150.0 | 190.0 | 1.05x |" in md
+    assert "auditor pass" not in report.render_markdown(_result([_row("floor", 1800.0)]))
+
+
 def test_markdown_shows_errors_and_missing_figures():
     row = _row("single", 126.0, paced=None, machine_busy=None)
     result = _result([row], errors=["single: not all succeeded"])
