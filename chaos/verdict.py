@@ -170,7 +170,7 @@ def _seconds(moment: datetime, origin: datetime) -> float:
 
 
 def _effects_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``2 effects (fences 3, 5)``, ``2 email effects (fences 3, 2)``: fences in the order
+    """``2 ledger effects (fences 3, 5)``, ``2 email effects (fences 3, 2)``: fences in the order
     the effects were made (a lower one after a higher: a stale attempt acted after a newer
     one); ``2 effects (receipt x2, no fence recorded)``."""
     fences = [r["fence"] for r in rows if r["fence"] is not None]

@@ -127,3 +127,24 @@ def test_a_window_is_given_as_a_time_or_an_age():
     assert parse_moment("2026-12-04T07:00:00", NOW).tzinfo is not None
     with pytest.raises(ValueError, match="neither an RFC 3339 time"):
         parse_moment("yesterday", NOW)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    from leasework import cli
+
+    code = cli.main(["audit", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_the_cli_refuses_a_bad_window_clearly(capsys):
+    code, err = run_cli(capsys, "--since", "yesterday")
+    assert code == 2 and "neither an RFC 3339 time" in err
+    code, err = run_cli(capsys, "--since", "1h", "--until", "2h")
+    assert code == 2 and "--until is before --since" in err
+
+
+def test_the_cli_says_when_the_database_cannot_be_reached(capsys, monkeypatch):
+    # a loopback port nothing listens on: refused at once
+    monkeypatch.setenv("LEASEWORK_POSTGRES_DSN", "postgresql://x:y@127.0.0.1:1/none")
+    code, err = run_cli(capsys, "--since", "1h")
+    assert code == 1 and "cannot reach the database" in err and "LEASEWORK_POSTGRES_DSN" in err
