@@ -25,6 +25,9 @@ one :class:`Kind`:
 ``stuck_queued``
     the job has been due for longer than the bound, with no outbox row waiting and no
     attempt started since: it was published and never delivered (or never published).
+``vanished``
+    the job's row was deleted other than by the pruner: recorded by the delete itself (a
+    trigger, migration 0009), counted by the auditor's next pass.
 
 Effects and outcomes are checked for finished jobs (their attempts are closed); leases and
 queues on what is waiting now.
@@ -51,6 +54,7 @@ class Kind(StrEnum):
     OVER_BUDGET = "over_budget"
     OVERDUE_LEASE = "overdue_lease"
     STUCK_QUEUED = "stuck_queued"
+    VANISHED = "vanished"
 
 
 # what each kind means for an operator, in a line (the report's and the console's legend)
@@ -62,6 +66,7 @@ MEANING: dict[Kind, str] = {
     Kind.OVER_BUDGET: "more attempts than max_attempts",
     Kind.OVERDUE_LEASE: "running past its lease plus the grace",
     Kind.STUCK_QUEUED: "due long ago, neither waiting in the outbox nor started",
+    Kind.VANISHED: "deleted, not by the pruner (recorded by the delete itself)",
 }
 
 

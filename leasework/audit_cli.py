@@ -75,6 +75,7 @@ def audit_window(
     found += store_audit.waiting_violations(
         conn, lease_grace=lease_grace, stuck_after=stuck_after, limit=PAGE
     )
+    found += store_audit.vanished_between(conn, since, until)
     return AuditReport(checked, since, until, tuple(found))
 
 

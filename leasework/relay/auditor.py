@@ -4,8 +4,9 @@ holds the invariants, :mod:`leasework.store.audit` the statements).
 Each pass, in one transaction: lock the auditor's row (``SKIP LOCKED``: with several relays,
 one audits and the others skip the pass), check up to ``batch`` finished jobs after the
 watermark, in (finished_at, id) order, with all their attempts, look at the running and
-waiting jobs that break a bound now, record what was found (a violation once per kind and
-job) and advance the watermark. Finished jobs are taken only ``settle`` seconds after they
+waiting jobs that break a bound now, count the jobs the delete trigger recorded as vanished
+since the last pass, record what was found (a violation once per kind and job) and advance
+the watermark. Finished jobs are taken only ``settle`` seconds after they
 finished, so a finish whose transaction has not committed yet is not overtaken; a stale
 write that finishes a job again moves its finished_at on, so it is checked again. The cost
 of a pass follows its batch (``jobs_finished_idx``), not the size of the table.

@@ -43,13 +43,15 @@ class AuditState:
     jobs_checked: int
     last_pass_at: datetime | None
     started_at: datetime
+    vanished_after: int = 0
 
 
 def audit_state(conn: psycopg.Connection, *, lock: bool = False) -> AuditState | None:
     """The auditor's row; with ``lock``, locked for this transaction, or None when another
     relay's pass holds it (``SKIP LOCKED``: it is auditing, this one need not)."""
     row = conn.execute(
-        "SELECT finished_after, after_id, passes, jobs_checked, last_pass_at, started_at "
+        "SELECT finished_after, after_id, passes, jobs_checked, last_pass_at, started_at, "
+        "vanished_after "
         "FROM invariant_audit WHERE id = 1" + (" FOR UPDATE SKIP LOCKED" if lock else "")
     ).fetchone()
     if row is None:
@@ -60,6 +62,7 @@ def audit_state(conn: psycopg.Connection, *, lock: bool = False) -> AuditState |
         int(row["jobs_checked"]),
         row["last_pass_at"],
         row["started_at"],
+        int(row["vanished_after"]),
     )
 
 
@@ -153,13 +156,16 @@ def violations_record(conn: psycopg.Connection, violations: list[Violation]) -> 
     return [Violation(Kind(r["kind"]), r["job_id"], r["detail"]) for r in rows]
 
 
-def audit_advance(conn: psycopg.Connection, watermark: Watermark, checked: int) -> None:
+def audit_advance(
+    conn: psycopg.Connection, watermark: Watermark, checked: int, vanished_after: int | None
+) -> None:
     conn.execute(
         """UPDATE invariant_audit SET finished_after = coalesce(%s, finished_after),
                   after_id = coalesce(%s, after_id), passes = passes + 1,
-                  jobs_checked = jobs_checked + %s, last_pass_at = now()
+                  jobs_checked = jobs_checked + %s, last_pass_at = now(),
+                  vanished_after = coalesce(%s, vanished_after)
            WHERE id = 1""",
-        (watermark.finished_at, watermark.job_id, checked),
+        (watermark.finished_at, watermark.job_id, checked, vanished_after),
     )
 
 
@@ -194,8 +200,35 @@ def audit_pass(
     )
     new = violations_record(conn, violations)
     watermark = Watermark(jobs[-1].finished_at, jobs[-1].id) if jobs else state.watermark
-    audit_advance(conn, watermark, len(jobs))
-    return Checked(len(jobs), tuple(new), watermark)
+    vanished = vanished_since(conn, state.vanished_after, limit=batch)
+    audit_advance(conn, watermark, len(jobs), vanished[-1][0] if vanished else None)
+    return Checked(len(jobs), tuple(new) + tuple(v for _, v in vanished), watermark)
+
+
+def vanished_since(
+    conn: psycopg.Connection, after: int, *, limit: int
+) -> list[tuple[int, Violation]]:
+    """The ``vanished`` violations the delete trigger recorded after row ``after`` (id,
+    violation), oldest first."""
+    rows = conn.execute(
+        "SELECT id, job_id, detail FROM invariant_violations WHERE kind = %s AND id > %s "
+        "ORDER BY id LIMIT %s",
+        (str(Kind.VANISHED), after, limit),
+    ).fetchall()
+    return [(int(r["id"]), Violation(Kind.VANISHED, r["job_id"], r["detail"])) for r in rows]
+
+
+def vanished_between(
+    conn: psycopg.Connection, since: datetime | None, until: datetime | None
+) -> list[Violation]:
+    """The ``vanished`` violations recorded in ``since``..``until`` (for ``leasework audit``)."""
+    rows = conn.execute(
+        "SELECT job_id, detail FROM invariant_violations WHERE kind = %s "
+        "AND found_at >= coalesce(%s, '-infinity'::timestamptz) "
+        "AND found_at <= coalesce(%s, 'infinity'::timestamptz) ORDER BY id",
+        (str(Kind.VANISHED), since, until),
+    ).fetchall()
+    return [Violation(Kind.VANISHED, r["job_id"], r["detail"]) for r in rows]
 
 
 def violations_recent(conn: psycopg.Connection, limit: int = 200) -> list[dict[str, Any]]:

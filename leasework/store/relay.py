@@ -80,6 +80,8 @@ def jobs_prune(conn: psycopg.Connection, status: Status, older_than: float, limi
     pruner holds are skipped."""
     if status not in TERMINAL:
         raise ValueError(f"only finished jobs are pruned, not {status}")
+    # declared, for the jobs_vanished trigger (migration 0009): these deletes are the pruner's
+    conn.execute("SELECT set_config('leasework.deleting', 'pruner', true)")
     row = conn.execute(
         """WITH gone AS (
                DELETE FROM jobs WHERE id IN (

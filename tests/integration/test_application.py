@@ -29,7 +29,7 @@ from leasework import testing
 from leasework.db import Database
 from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.states import Status
-from tests.integration.conftest import DIRECT_DSN, wait_for, wait_status
+from tests.integration.conftest import DIRECT_DSN, delete_jobs, wait_for, wait_status
 
 
 def new_order(conn: psycopg.Connection, email: str = "ada@example.com") -> int:
@@ -137,7 +137,7 @@ def test_enqueue_remembers_a_registered_type_but_never_a_missing_one(db):
             assert name in enqueue_module._REGISTERED[enqueue_module._database(conn)]
             assert leasework.enqueue(conn, name, {}, delay=3600) != job_id
         finally:
-            conn.execute("DELETE FROM jobs WHERE type = %s", (name,))
+            delete_jobs(conn, "type = %s", (name,))
             conn.execute("DELETE FROM job_types WHERE name = %s", (name,))
 
 

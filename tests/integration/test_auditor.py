@@ -35,6 +35,12 @@ def conn(stack) -> Iterator[psycopg.Connection]:
         for table in TABLES:
             admin.execute(f"CREATE TABLE {schema}.{table} (LIKE public.{table} INCLUDING ALL)")
         admin.execute(f"INSERT INTO {schema}.invariant_audit DEFAULT VALUES")
+        # (LIKE copies no trigger) the product's, on this schema's jobs
+        admin.execute(
+            f"CREATE TRIGGER jobs_vanished AFTER DELETE ON {schema}.jobs "
+            "REFERENCING OLD TABLE AS gone FOR EACH STATEMENT "
+            "EXECUTE FUNCTION public.leasework_jobs_deleted()"
+        )
     try:
         with psycopg.connect(
             DIRECT_DSN, row_factory=dict_row, options=f"-c search_path={schema},public"
@@ -157,6 +163,28 @@ def test_a_pass_takes_a_batch_and_a_job_finished_again_is_checked_again(conn):
         late = audit_pass(conn, small)
     assert late.checked == 1
     assert by_kind(late.found)[Kind.EFFECTS_TWICE] == {ids[0]}
+
+
+def test_a_job_deleted_by_hand_is_found_vanished_and_the_pruners_deletes_are_not(conn):
+    by_hand, on_purpose, old = (seed(conn, "succeeded", [(1, "succeeded", False)]) for _ in "abc")
+    conn.execute("UPDATE jobs SET finished_at = now() - interval '30 days' WHERE id = %s", (old,))
+    with conn.transaction():
+        assert audit_pass(conn, CONFIG).found == ()
+    conn.execute("DELETE FROM jobs WHERE id = %s", (by_hand,))
+    conn.commit()
+    with conn.transaction():
+        conn.execute("SELECT set_config('leasework.deleting', 'deliberately', true)")
+        conn.execute("DELETE FROM jobs WHERE id = %s", (on_purpose,))
+    with conn.transaction():  # the pruner declares its deletes itself
+        assert store.jobs_prune(conn, Status.SUCCEEDED, 7 * 86400.0, 10) == 1
+    with conn.transaction():
+        found = audit_pass(conn, CONFIG).found
+    assert [(v.kind, v.job_id) for v in found] == [(Kind.VANISHED, by_hand)]
+    assert "a succeeded ledger job" in found[0].detail and "not by the pruner" in found[0].detail
+    with conn.transaction():
+        assert audit_pass(conn, CONFIG).found == ()  # counted once
+    report = audit_window(conn, None, None)
+    assert [(v.kind, v.job_id) for v in report.violations] == [(Kind.VANISHED, by_hand)]
 
 
 def test_a_second_relay_skips_the_pass_another_holds(conn):

@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 import leasework
 from leasework.demo import app as demo_app
 from leasework.store import operators
-from tests.integration.conftest import API_URL, DIRECT_DSN, wait_for
+from tests.integration.conftest import API_URL, DIRECT_DSN, delete_jobs, wait_for
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (devstack provisions it); no download
 SHOTS = Path(__file__).resolve().parents[2] / "reports" / "ui"
@@ -338,4 +338,4 @@ def test_the_job_page_shows_a_unique_key_and_a_retry_refused_while_it_is_held(
         shot(page, "job-unique-retry-refused")
         context.close()
     finally:
-        db.execute("DELETE FROM jobs WHERE id IN (%s, %s)", (first, holder))
+        delete_jobs(db, "id IN (%s, %s)", (first, holder))

@@ -25,6 +25,7 @@ from tests.integration.conftest import (
     API_URL,
     DIRECT_DSN,
     auth,
+    delete_jobs,
     dlq_message,
     insert_unchecked,
     readyz,
@@ -86,7 +87,7 @@ def test_pagination_walks_every_job_once_newest_first(client, db):
     try:
         walk_pages(client, job_type, created)
     finally:
-        db.execute("DELETE FROM jobs WHERE type = %s", (job_type,))
+        delete_jobs(db, "type = %s", (job_type,))
 
 
 def walk_pages(client, job_type: str, created: list[str]) -> None:

@@ -27,7 +27,7 @@ from leasework import App, JobContext, Unique
 from leasework.schedule import Definition, SkipReason
 from leasework.states import Status
 from leasework.store import schedules as sched
-from tests.integration.conftest import API_URL, DIRECT_DSN, auth, wait_for
+from tests.integration.conftest import API_URL, DIRECT_DSN, auth, delete_jobs, wait_for
 
 DSN = os.environ.get("LEASEWORK_UNIQUE_TEST_DSN") or DIRECT_DSN
 # far enough ahead that no promoter makes these jobs due while a test runs
@@ -42,7 +42,7 @@ def token(stack) -> Iterator[str]:
     value = uuid.uuid4().hex
     yield value
     with psycopg.connect(DSN, autocommit=True) as conn:
-        conn.execute("DELETE FROM jobs WHERE payload->>'k' LIKE %s", (value + "%",))
+        delete_jobs(conn, "payload->>'k' LIKE %s", (value + "%",))
 
 
 def jobs_of(token: str) -> list[dict[str, Any]]:
