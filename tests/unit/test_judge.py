@@ -163,3 +163,11 @@ def test_an_expected_alert_that_fired_must_also_have_reached_the_api_through_ale
     )
     kinds = [f.kind for f in judgement.findings]
     assert kinds.count("alert_not_delivered") == 2 and judgement.passed is False
+
+
+def test_the_auditor_column_says_what_was_found_or_that_it_did_not_get_there():
+    assert AuditorView(True, 5.0).cell() == "0 found"
+    assert AuditorView(False, 30.0).cell() == "not reached"
+    view = found(("effects_twice", "j1"), ("stale_outcome", "j1"), ("effects_twice", "j2"))
+    assert view.cell() == "2 job(s): effects_twice 2, stale_outcome 1"
+    assert view.to_dict()["by_kind"] == {"effects_twice": 2, "stale_outcome": 1}
