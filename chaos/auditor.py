@@ -32,7 +32,7 @@ DOUBLE_KINDS = ("effects_twice", "succeeded_twice")
 class AuditorView:
     """``reached``: the auditor's watermark passed the run's last finished job within
     ``waited`` seconds; ``violations``: what it recorded about the run's jobs (kind, job_id,
-    detail); ``None`` jobs means the run finished none."""
+    detail)."""
 
     reached: bool
     waited: float

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -255,8 +255,3 @@ def attempt_row(row: Mapping[str, Any]) -> AttemptRow:
         outcome=row["outcome"],
         effects_committed=bool(row["effects_committed"]),
     )
-
-
-def jobs_of(violations: Sequence[Violation], *kinds: Kind) -> set[uuid.UUID]:
-    """The jobs of ``violations`` of any of ``kinds`` (all kinds when none are given)."""
-    return {v.job_id for v in violations if not kinds or v.kind in kinds}
