@@ -26,6 +26,8 @@ from leasework.states import TERMINAL
 WAIT_SECONDS = 30.0
 # the kinds that say a job took effect, or recorded success, twice: the checker's doubled
 DOUBLE_KINDS = ("effects_twice", "succeeded_twice")
+# the kind that says a schedule's tick had more than one job: the tick checker's doubled
+TICK_KINDS = ("tick_twice",)
 
 
 @dataclass(frozen=True)
@@ -64,14 +66,15 @@ class AuditorView:
 
 def read_auditor(prefix: str, *, wait: float = WAIT_SECONDS) -> AuditorView:
     """Wait (up to ``wait`` seconds) for the auditor's watermark to pass the run's last
-    finished job (keys starting with ``prefix``), then read its violations of the run's jobs."""
+    finished job (its idempotency keys, and its schedules' names, start with ``prefix``), then
+    read its violations of the run's jobs."""
     started = time.monotonic()
     like = run_like(prefix)
     with psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         last = conn.execute(
             "SELECT max(finished_at) AS last FROM jobs "
-            "WHERE idempotency_key LIKE %s AND status = ANY(%s)",
-            (like, [str(s) for s in TERMINAL]),
+            "WHERE (idempotency_key LIKE %s OR schedule LIKE %s) AND status = ANY(%s)",
+            (like, like, [str(s) for s in TERMINAL]),
         ).fetchone()["last"]
         reached = False
         while True:
@@ -83,8 +86,8 @@ def read_auditor(prefix: str, *, wait: float = WAIT_SECONDS) -> AuditorView:
             time.sleep(0.5)
         rows = conn.execute(
             "SELECT v.kind, v.job_id::text AS job_id, v.detail FROM invariant_violations v "
-            "JOIN jobs j ON j.id = v.job_id WHERE j.idempotency_key LIKE %s "
-            "ORDER BY v.id",
-            (like,),
+            "JOIN jobs j ON j.id = v.job_id "
+            "WHERE j.idempotency_key LIKE %s OR j.schedule LIKE %s ORDER BY v.id",
+            (like, like),
         ).fetchall()
     return AuditorView(reached, time.monotonic() - started, tuple(dict(r) for r in rows))

@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chaos.auditor import DOUBLE_KINDS
+from chaos.auditor import DOUBLE_KINDS, TICK_KINDS
 from chaos.checker import UNKNOWN, Checker, Composed, Finding, Result, Validity, compose
 from chaos.unique_keys import VIOLATIONS as UNIQUE_VIOLATIONS
 
@@ -443,10 +443,12 @@ def mail_refusals(e: Evidence) -> Iterator[Finding]:
 
 
 def auditor_agrees(e: Evidence) -> Iterator[Finding]:
-    """The product's auditor held to the checker: with the fence on, it finds nothing among
-    the run's jobs; with it off, it finds every job the checker found taking a fenced effect
-    (or success) twice. (A shop email sent twice is not its to see: the mail service is not
-    leasework's; the checker's email doubles are left out.)"""
+    """The product's auditor held to the checker: it finds every job the checker found
+    taking a fenced effect (or success) twice (with the fence off) and every job of a tick
+    the tick checker found doubled; with the fence on, it finds nothing else among the run's
+    jobs. (A shop email sent twice is not its to see: the mail service is not leasework's;
+    the checker's email doubles are left out. Nor is a unique key the run's inserters
+    doubled without asking for one, as s-unique-unsafe's do: no key, nothing to audit.)"""
     seen = e.auditor
     if seen is None:
         return
@@ -458,24 +460,37 @@ def auditor_agrees(e: Evidence) -> Iterator[Finding]:
             f"{seen.waited:.0f}s, so what it found is not the whole run",
         )
         return
-    if not e.fencing:
-        doubled = {j.job_id for j in e.verdict.doubled_jobs if "email effects" not in j.reason}
-        missed = sorted(doubled - seen.jobs(DOUBLE_KINDS))
+    doubled = (
+        set()
+        if e.fencing
+        else {j.job_id for j in e.verdict.doubled_jobs if "email effects" not in j.reason}
+    )
+    ticks = set(e.verdict.ticks.doubled_jobs) if e.verdict.ticks is not None else set()
+    for what, wanted, kinds in (
+        ("job(s) the checker found doubled", doubled, DOUBLE_KINDS),
+        ("job(s) of the ticks the tick checker found doubled", ticks, TICK_KINDS),
+    ):
+        missed = sorted(wanted - seen.jobs(kinds))
         if missed:  # (none doubled at all is doubled_bound's to judge)
             yield Finding(
                 "auditor",
                 False,
-                f"auditor: missed {len(missed)} of the {len(doubled)} job(s) the checker "
-                f"found doubled ({', '.join(missed[:5])}{' ...' if len(missed) > 5 else ''})",
+                f"auditor: missed {len(missed)} of the {len(wanted)} {what} "
+                f"({', '.join(missed[:5])}{' ...' if len(missed) > 5 else ''})",
             )
+    if not e.fencing:
         return
-    if seen.violations:
-        shown = "; ".join(f"{v['kind']} {v['job_id']}: {v['detail']}" for v in seen.violations[:3])
+    unexplained = [
+        v for v in seen.violations if not (v["kind"] in TICK_KINDS and v["job_id"] in ticks)
+    ]
+    if unexplained:
+        shown = "; ".join(f"{v['kind']} {v['job_id']}: {v['detail']}" for v in unexplained[:3])
         yield Finding(
             "auditor",
             False,
-            f"auditor: found {len(seen.violations)} violation(s) among the run's jobs with the "
-            f"fence on ({shown}{' ...' if len(seen.violations) > 3 else ''})",
+            f"auditor: found {len(unexplained)} violation(s) among the run's jobs with the "
+            f"fence on that the checkers did not ({shown}"
+            f"{' ...' if len(unexplained) > 3 else ''})",
         )
 
 

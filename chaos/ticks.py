@@ -260,6 +260,7 @@ class ScheduleTicks:
     effects_wrong: int = 0
     not_due: int = 0
     latest_seconds: float | None = None  # the most a fired tick was recorded after its instant
+    doubled_jobs: tuple[str, ...] = ()  # every job of a tick that had more than one
 
     @property
     def skipped_total(self) -> int:
@@ -300,6 +301,11 @@ class TickVerdict:
         if name not in SUMMED:
             raise ValueError(f"{name!r} is not a count of ticks; one of {', '.join(SUMMED)}")
         return sum(getattr(s, name) for s in self.schedules)
+
+    @property
+    def doubled_jobs(self) -> frozenset[str]:
+        """Every job of every doubled tick (the auditor must name each)."""
+        return frozenset(j for s in self.schedules for j in s.doubled_jobs)
 
     @property
     def skipped(self) -> dict[str, int]:
@@ -397,6 +403,7 @@ class _Schedule:
         self.counts: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
         self.latest: float | None = None
+        self.doubled_jobs: list[str] = []
         name = window.name
         self.rows: dict[datetime, list[TickRow]] = defaultdict(list)
         for r in observed.ticks:
@@ -441,6 +448,7 @@ class _Schedule:
             expected=len(expected),
             skipped=dict(sorted(self.skipped.items())),
             latest_seconds=self.latest,
+            doubled_jobs=tuple(self.doubled_jobs),
             **counted,
         )
 
@@ -476,6 +484,7 @@ class _Schedule:
         if len(jobs) > 1:
             ids = ", ".join(j.id for j in jobs)
             self.find("tick_doubled", tick, f"{len(jobs)} jobs ({ids}) for one tick")
+            self.doubled_jobs += [j.id for j in jobs]
         elif not jobs:
             self.find("tick_lost", tick, f"fired, but its job {row.job_id} is not in the table")
         elif jobs[0].id != row.job_id:

@@ -28,9 +28,24 @@ one :class:`Kind`:
 ``vanished``
     the job's row was deleted other than by the pruner: recorded by the delete itself (a
     trigger, migration 0009), counted by the auditor's next pass.
+``tick_twice``
+    a schedule's tick has more than one job (the tick row should have let one insert only):
+    the schedule fired twice for one instant. Every job of the tick is named.
+``unique_twice``
+    two jobs of one unique key certainly held it at the same time: an attempt of each ran at
+    once, or one ran after the other finished in a state its key holds in. The unique index
+    should have refused the second insert. Both jobs are named.
 
 Effects and outcomes are checked for finished jobs (their attempts are closed); leases and
-queues on what is waiting now.
+queues on what is waiting now; a finished job's tick and unique key against the other jobs
+that carry them (whatever their state), so a double is found when the first of its jobs
+finishes.
+
+A job's insert time is not recorded (``created_at`` is its transaction's start, which may be
+long before the insert, in a caller's transaction), so the key check asks only what the
+attempts prove: two jobs of a key that ran one after the other, neither holding it once
+finished, are not found even if the second was inserted while the first waited. The check
+misses such a double rather than page on one that may not be.
 """
 
 from __future__ import annotations
@@ -55,6 +70,8 @@ class Kind(StrEnum):
     OVERDUE_LEASE = "overdue_lease"
     STUCK_QUEUED = "stuck_queued"
     VANISHED = "vanished"
+    TICK_TWICE = "tick_twice"
+    UNIQUE_TWICE = "unique_twice"
 
 
 # what each kind means for an operator, in a line (the report's and the console's legend)
@@ -67,6 +84,8 @@ MEANING: dict[Kind, str] = {
     Kind.OVERDUE_LEASE: "running past its lease plus the grace",
     Kind.STUCK_QUEUED: "due long ago, neither waiting in the outbox nor started",
     Kind.VANISHED: "deleted, not by the pruner (recorded by the delete itself)",
+    Kind.TICK_TWICE: "one tick of a schedule, more than one job",
+    Kind.UNIQUE_TWICE: "inserted while another job held its unique key",
 }
 
 
@@ -80,6 +99,39 @@ class FinishedJob:
     attempt: int
     max_attempts: int
     finished_at: datetime
+    schedule: str | None = None  # the schedule and tick it was fired for, if any
+    tick_at: datetime | None = None
+    unique_key: bytes | None = None  # its unique key, if it asked for one
+
+
+@dataclass(frozen=True)
+class TickJob:
+    """A job that carries a schedule's tick (``schedule``, ``tick_at``)."""
+
+    id: uuid.UUID
+    schedule: str
+    tick_at: datetime
+
+
+@dataclass(frozen=True)
+class KeyJob:
+    """A job of a unique key and the spans in which it certainly held the key: each of its
+    attempts (``started``, ``finished``; None: still running), and from its ``finished_at``
+    on when it finished in one of its key's states (``holds_final``)."""
+
+    id: uuid.UUID
+    unique_key: bytes
+    attempts: tuple[tuple[datetime, datetime | None], ...] = ()
+    finished_at: datetime | None = None
+    holds_final: bool = False
+
+    def spans(self) -> list[tuple[datetime, datetime | None]]:
+        final = [(self.finished_at, None)] if self.holds_final and self.finished_at else []
+        return [*self.attempts, *final]
+
+
+def _overlap(a: tuple[datetime, datetime | None], b: tuple[datetime, datetime | None]) -> bool:
+    return (b[1] is None or a[0] < b[1]) and (a[1] is None or b[0] < a[1])
 
 
 @dataclass(frozen=True)
@@ -174,6 +226,63 @@ def check_finished(jobs: Iterable[FinishedJob], attempts: Iterable[AttemptRow]) 
     return found
 
 
+def check_ticks(jobs: Iterable[FinishedJob], tick_jobs: Iterable[TickJob]) -> list[Violation]:
+    """Every job of a tick that has more than one, for the ticks of the finished ``jobs``
+    (``tick_jobs``: every job of those ticks)."""
+    of: dict[tuple[str, datetime], list[TickJob]] = {}
+    for row in tick_jobs:
+        of.setdefault((row.schedule, row.tick_at), []).append(row)
+    found: dict[uuid.UUID, Violation] = {}
+    for job in jobs:
+        if job.schedule is None or job.tick_at is None:
+            continue
+        carried = of.get((job.schedule, job.tick_at), [])
+        if len(carried) < 2:
+            continue
+        for row in carried:
+            others = ", ".join(str(o.id) for o in carried if o.id != row.id)
+            found[row.id] = Violation(
+                Kind.TICK_TWICE,
+                row.id,
+                f"tick {job.tick_at.isoformat()} of schedule {job.schedule} has "
+                f"{len(carried)} jobs: this one and {others}",
+            )
+    return list(found.values())
+
+
+def check_unique_keys(jobs: Iterable[FinishedJob], key_jobs: Iterable[KeyJob]) -> list[Violation]:
+    """For each finished job with a key, the other jobs of its key that certainly held it at
+    the same time (``key_jobs``: every job of those keys, with their spans): both named."""
+    of: dict[bytes, list[KeyJob]] = {}
+    for row in key_jobs:
+        of.setdefault(row.unique_key, []).append(row)
+    found: dict[uuid.UUID, Violation] = {}
+    for job in jobs:
+        if job.unique_key is None:
+            continue
+        holders = of.get(job.unique_key, [])
+        mine = next((h for h in holders if h.id == job.id), None)
+        if mine is None:
+            continue
+        for other in holders:
+            if other.id == job.id or not any(
+                _overlap(a, b) for a in mine.spans() for b in other.spans()
+            ):
+                continue
+            for one, two in ((job.id, other.id), (other.id, job.id)):
+                found.setdefault(
+                    one,
+                    Violation(
+                        Kind.UNIQUE_TWICE,
+                        one,
+                        f"held its unique key {job.unique_key.hex()[:16]} at the same time as "
+                        f"job {two} (both running, or one running after the other finished "
+                        "in a state the key holds in)",
+                    ),
+                )
+    return list(found.values())
+
+
 def overdue_lease(job_id: uuid.UUID, overdue_seconds: float, owner: str | None) -> Violation:
     return Violation(
         Kind.OVERDUE_LEASE,
@@ -244,7 +353,35 @@ def finished_job(row: Mapping[str, Any]) -> FinishedJob:
         attempt=int(row["attempt"]),
         max_attempts=int(row["max_attempts"]),
         finished_at=row["finished_at"],
+        schedule=row.get("schedule"),
+        tick_at=row.get("tick_at"),
+        unique_key=bytes(row["unique_key"]) if row.get("unique_key") is not None else None,
     )
+
+
+def tick_job(row: Mapping[str, Any]) -> TickJob:
+    return TickJob(id=row["id"], schedule=row["schedule"], tick_at=row["tick_at"])
+
+
+def key_jobs(
+    rows: Iterable[Mapping[str, Any]], attempts: Iterable[Mapping[str, Any]]
+) -> list[KeyJob]:
+    """The jobs of some keys (id, unique_key, finished_at, holds_final) with their attempts
+    (job_id, started_at, finished_at)."""
+    spans: dict[uuid.UUID, list[tuple[datetime, datetime | None]]] = {}
+    for a in attempts:
+        if a["started_at"] is not None:
+            spans.setdefault(a["job_id"], []).append((a["started_at"], a["finished_at"]))
+    return [
+        KeyJob(
+            id=r["id"],
+            unique_key=bytes(r["unique_key"]),
+            attempts=tuple(spans.get(r["id"], ())),
+            finished_at=r["finished_at"],
+            holds_final=bool(r["holds_final"]),
+        )
+        for r in rows
+    ]
 
 
 def attempt_row(row: Mapping[str, Any]) -> AttemptRow:

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from leasework import config
-from leasework.audit import AuditReport, check_finished
+from leasework.audit import AuditReport, Violation
 from leasework.store import audit as store_audit
 
 PAGE = 5000
@@ -64,11 +64,12 @@ def audit_window(
     """Check every job finished in ``since``..``until`` (page by page) and the running and
     waiting jobs now (``conn`` gives rows as dicts; nothing is written)."""
     after = store_audit.Watermark(since - timedelta(microseconds=1) if since else None)
+    found: list[Violation]
     checked, found = 0, []
     while True:
         jobs, attempts = store_audit.finished_since(conn, after, until=until, limit=PAGE)
         checked += len(jobs)
-        found += check_finished(jobs, attempts)
+        found += store_audit.finished_violations(conn, jobs, attempts)
         if len(jobs) < PAGE:
             break
         after = store_audit.Watermark(jobs[-1].finished_at, jobs[-1].id)
@@ -76,7 +77,9 @@ def audit_window(
         conn, lease_grace=lease_grace, stuck_after=stuck_after, limit=PAGE
     )
     found += store_audit.vanished_between(conn, since, until)
-    return AuditReport(checked, since, until, tuple(found))
+    # (a tick's or a key's double is found from each of its jobs in the window: once each)
+    unique = {(v.kind, v.job_id): v for v in found}
+    return AuditReport(checked, since, until, tuple(unique.values()))
 
 
 def _as_json(report: AuditReport) -> str:

@@ -18,9 +18,13 @@ from leasework.audit import (
     Violation,
     attempt_row,
     check_finished,
+    check_ticks,
+    check_unique_keys,
     finished_job,
+    key_jobs,
     overdue_lease,
     stuck_queued,
+    tick_job,
 )
 from leasework.states import TERMINAL
 
@@ -79,7 +83,8 @@ def finished_since(
     finished_at and has not committed yet must not be overtaken), and all their attempts.
     Through ``jobs_finished_idx``: the cost follows the batch, not the table."""
     rows = conn.execute(
-        """SELECT id, status, fence, attempt, max_attempts, finished_at FROM jobs
+        """SELECT id, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
+                  unique_key FROM jobs
            WHERE status = ANY(%(terminal)s::text[])
              AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
              AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz)
@@ -106,6 +111,41 @@ def finished_since(
         ([j.id for j in jobs],),
     ).fetchall()
     return jobs, [attempt_row(r) for r in attempts]
+
+
+def finished_violations(
+    conn: psycopg.Connection, jobs: list[FinishedJob], attempts: list[AttemptRow]
+) -> list[Violation]:
+    """What the finished ``jobs`` (with all their ``attempts``) break: their own invariants,
+    and their ticks' and unique keys' against every other job that carries them (through
+    jobs_schedule_tick_idx and jobs_unique_key_all_idx, migration 0010: one look-up each for
+    the batch, and none when no job of it came from a schedule or had a key)."""
+    found = check_finished(jobs, attempts)
+    ticked = [j for j in jobs if j.schedule is not None and j.tick_at is not None]
+    if ticked:
+        rows = conn.execute(
+            """SELECT j.id, j.schedule, j.tick_at
+               FROM (SELECT DISTINCT * FROM unnest(%s::text[], %s::timestamptz[]))
+                    AS t(schedule, tick_at)
+               JOIN jobs j ON j.schedule = t.schedule AND j.tick_at = t.tick_at""",
+            ([j.schedule for j in ticked], [j.tick_at for j in ticked]),
+        ).fetchall()
+        found += check_ticks(ticked, [tick_job(r) for r in rows])
+    keyed = [j for j in jobs if j.unique_key is not None]
+    if keyed:
+        rows = conn.execute(
+            """SELECT id, unique_key, finished_at,
+                      status = ANY(%s::text[])
+                      AND leasework_unique_holds(unique_states, status) AS holds_final
+               FROM jobs WHERE unique_key = ANY(%s::bytea[])""",
+            (_TERMINAL, [j.unique_key for j in keyed]),
+        ).fetchall()
+        spans = conn.execute(
+            "SELECT job_id, started_at, finished_at FROM attempts WHERE job_id = ANY(%s::uuid[])",
+            ([r["id"] for r in rows],),
+        ).fetchall()
+        found += check_unique_keys(keyed, key_jobs(rows, spans))
+    return found
 
 
 def waiting_violations(
@@ -195,7 +235,7 @@ def audit_pass(
     if state is None:
         return Checked(0, (), None, skipped=True)
     jobs, attempts = finished_since(conn, state.watermark, settle=settle, limit=batch)
-    violations = check_finished(jobs, attempts) + waiting_violations(
+    violations = finished_violations(conn, jobs, attempts) + waiting_violations(
         conn, lease_grace=lease_grace, stuck_after=stuck_after, limit=batch
     )
     new = violations_record(conn, violations)

@@ -25,6 +25,7 @@ from tests.integration.conftest import DIRECT_DSN
 
 TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations")
 CONFIG = AuditorConfig(settle=0.0, lease_grace=30.0, stuck_after=600.0)
+FINISHED = 14  # the finished jobs seeded() makes
 
 
 @pytest.fixture
@@ -53,8 +54,10 @@ def conn(stack) -> Iterator[psycopg.Connection]:
 
 def seed(conn, status: str, attempts: list[tuple[int, str | None, bool]], **job) -> uuid.UUID:
     """A job of ``status`` (finished a minute ago unless waiting) and its attempts
-    (fence, outcome, effects committed)."""
+    (fence, outcome, effects committed), started two hours ago and still open, or in
+    ``ran`` = (started, finished); any other ``job`` column set after the insert."""
     job_id = uuid.uuid4()
+    ran = job.pop("ran", None)
     finished = status in ("succeeded", "dead", "cancelled")
     fence = job.pop("fence", max((f for f, _, _ in attempts), default=0))
     conn.execute(
@@ -78,19 +81,24 @@ def seed(conn, status: str, attempts: list[tuple[int, str | None, bool]], **job)
             "finished": finished,
         },
     )
+    if job:  # a tick it carries, a unique key, its creation: set after the insert
+        sets = ", ".join(f"{k} = %({k})s" for k in job)
+        conn.execute(f"UPDATE jobs SET {sets} WHERE id = %(id)s", {**job, "id": job_id})
     for n, (f, outcome, effects) in enumerate(attempts, start=1):
         conn.execute(
             """INSERT INTO attempts (job_id, attempt, worker, fence, outcome, effects_committed,
-                                     started_at)
-               VALUES (%s, %s, 'worker-1', %s, %s, %s, now() - interval '2 hours')""",
-            (job_id, n, f, outcome, effects),
+                                     started_at, finished_at)
+               VALUES (%s, %s, 'worker-1', %s, %s, %s,
+                       coalesce(%s, now() - interval '2 hours'), %s)""",
+            (job_id, n, f, outcome, effects, *(ran or (None, None))),
         )
     conn.commit()
     return job_id
 
 
-def seeded(conn) -> dict[Kind, uuid.UUID]:
-    """One job breaking each invariant, and clean jobs around them."""
+def seeded(conn) -> dict[Kind, set[uuid.UUID]]:
+    """The jobs breaking each invariant (one each, two for a tick or a key held twice), and
+    clean jobs around them: a tick with one job, a key taken again once its holder finished."""
     seed(conn, "succeeded", [(1, "lease_expired", False), (2, "succeeded", True)])
     seed(conn, "dead", [(1, "failed", False), (2, "lease_expired", False)], budget=2)
     seed(conn, "running", [(1, None, False)])  # within its lease
@@ -101,7 +109,23 @@ def seeded(conn) -> dict[Kind, uuid.UUID]:
     )
     conn.commit()
     ok, failed, dead, lost = "succeeded", "failed", "dead", "lease_expired"
-    return {
+    now = conn.execute("SELECT now() AS t").fetchone()["t"]
+    tick, key, other_key = now - timedelta(minutes=10), b"k" * 32, b"o" * 32
+    once = [(1, ok, False)]
+    seed(conn, ok, once, schedule="nightly", tick_at=tick - timedelta(seconds=1))
+
+    def keyed(key: bytes, states: int, start: int, end: int) -> uuid.UUID:
+        """A job of ``key`` that ran from ``start`` to ``end`` minutes ago, and finished."""
+        span = (now - timedelta(minutes=start), now - timedelta(minutes=end))
+        return seed(
+            conn, ok, once, unique_key=key, unique_states=states, ran=span, finished_at=span[1]
+        )
+
+    keyed(other_key, 23, 60, 50)  # a key freed when its job succeeded, then taken again
+    keyed(other_key, 23, 40, 30)
+    holder = keyed(key, 31, 30, 25)  # a key that holds in succeeded too (23 | 8)
+    inserted = keyed(key, 23, 20, 15)  # ran while the holder held it
+    singles = {
         Kind.EFFECTS_TWICE: seed(
             conn, ok, [(1, failed, False), (2, ok, True), (3, ok, True)], fence=3
         ),
@@ -114,6 +138,13 @@ def seeded(conn) -> dict[Kind, uuid.UUID]:
         Kind.OVERDUE_LEASE: seed(conn, "running", [(1, None, False)], expired=300),
         Kind.STUCK_QUEUED: seed(conn, "queued", [], due=3600),
     }
+    wanted = {kind: {job} for kind, job in singles.items()}
+    wanted[Kind.TICK_TWICE] = {
+        seed(conn, ok, once, schedule="nightly", tick_at=tick) for _ in range(2)
+    }
+    wanted[Kind.UNIQUE_TWICE] = {holder, inserted}
+    assert set(wanted) == set(Kind) - {Kind.VANISHED}  # (vanished: its own test below)
+    return wanted
 
 
 def by_kind(violations) -> dict[Kind, set[uuid.UUID]]:
@@ -127,20 +158,20 @@ def test_the_relays_pass_finds_each_seeded_violation_once_and_only_those(conn):
     wanted = seeded(conn)
     with conn.transaction():
         first = audit_pass(conn, CONFIG)
-    assert first.checked == 7 and not first.skipped and not first.more_waiting
+    assert first.checked == FINISHED and not first.skipped and not first.more_waiting
     found = by_kind(first.found)
     # the job with two successes breaks effects_twice and succeeded_twice together
-    assert found.pop(Kind.SUCCEEDED_TWICE) == {
-        wanted[Kind.SUCCEEDED_TWICE],
-        wanted[Kind.EFFECTS_TWICE],
-    }
-    assert found == {kind: {job} for kind, job in wanted.items() if kind != Kind.SUCCEEDED_TWICE}
+    assert found.pop(Kind.SUCCEEDED_TWICE) == (
+        wanted.pop(Kind.SUCCEEDED_TWICE) | wanted[Kind.EFFECTS_TWICE]
+    )
+    assert found == wanted
+    assert all("has 2 jobs" in v.detail for v in first.found if v.kind == Kind.TICK_TWICE)
     with conn.transaction():
         again = audit_pass(conn, CONFIG)
     assert again.checked == 0 and again.found == ()  # the watermark moved; waiting ones known
     assert store_audit.violation_counts(conn)[str(Kind.OVERDUE_LEASE)] == 1
     state = store_audit.audit_state(conn)
-    assert state is not None and state.jobs_checked == 7 and state.passes == 2
+    assert state is not None and state.jobs_checked == FINISHED and state.passes == 2
 
 
 def test_a_pass_takes_a_batch_and_a_job_finished_again_is_checked_again(conn):
@@ -201,8 +232,9 @@ def test_the_cli_window_finds_what_the_pass_finds_and_nothing_outside_it(conn):
     wanted = seeded(conn)
     now = conn.execute("SELECT now() AS t").fetchone()["t"]
     report = audit_window(conn, now - timedelta(hours=1), None, lease_grace=30, stuck_after=600)
-    assert report.jobs_checked == 7 and not report.valid
-    assert {v.job_id for v in report.violations} == set(wanted.values())
+    assert report.jobs_checked == FINISHED and not report.valid
+    assert {v.job_id for v in report.violations} == set().union(*wanted.values())
+    assert len(report.violations) == len(set((v.kind, v.job_id) for v in report.violations))
     later = audit_window(conn, now - timedelta(seconds=10), None, lease_grace=30, stuck_after=600)
     assert later.jobs_checked == 0  # finished a minute ago: outside; the waiting ones are now
     assert by_kind(later.violations).keys() == {Kind.OVERDUE_LEASE, Kind.STUCK_QUEUED}

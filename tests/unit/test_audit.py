@@ -13,8 +13,12 @@ from leasework.audit import (
     AttemptRow,
     AuditReport,
     FinishedJob,
+    KeyJob,
     Kind,
+    TickJob,
     check_finished,
+    check_ticks,
+    check_unique_keys,
     overdue_lease,
     stuck_queued,
 )
@@ -147,3 +151,78 @@ def test_the_cli_says_when_the_database_cannot_be_reached(capsys, monkeypatch):
     monkeypatch.setenv("LEASEWORK_POSTGRES_DSN", "postgresql://x:y@127.0.0.1:1/none")
     code, err = run_cli(capsys, "--since", "1h")
     assert code == 1 and "cannot reach the database" in err and "LEASEWORK_POSTGRES_DSN" in err
+
+
+# ---------------------------------------------------------------- ticks and unique keys
+
+TICK = NOW - timedelta(minutes=5)
+
+
+def ticked(schedule: str = "nightly", tick: datetime = TICK) -> FinishedJob:
+    return FinishedJob(
+        uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW, schedule=schedule, tick_at=tick
+    )
+
+
+def test_a_tick_with_two_jobs_names_both_and_a_tick_with_one_is_clean():
+    first, single = ticked(), ticked(tick=TICK + timedelta(seconds=1))
+    second = uuid.uuid4()  # still running: only the finished one brought the tick up
+    rows = [
+        TickJob(first.id, "nightly", TICK),
+        TickJob(second, "nightly", TICK),
+        TickJob(single.id, "nightly", single.tick_at),
+        TickJob(uuid.uuid4(), "other", TICK),  # another schedule's job of the same instant
+    ]
+    found = check_ticks([first, single], rows)
+    assert {v.job_id for v in found} == {first.id, second}
+    assert {v.kind for v in found} == {Kind.TICK_TWICE}
+    assert all("has 2 jobs" in v.detail and "nightly" in v.detail for v in found)
+    # both jobs of the tick finished in one batch: each named once
+    other = FinishedJob(second, Status.SUCCEEDED, 1, 1, 5, NOW, schedule="nightly", tick_at=TICK)
+    assert len(check_ticks([first, other], rows)) == 2
+
+
+KEY = b"k" * 32
+
+
+def keyed() -> FinishedJob:
+    return FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW, unique_key=KEY)
+
+
+def ran(j: FinishedJob, *spans: tuple[int, int | None], holds: bool = False) -> KeyJob:
+    """``j`` as its key sees it: attempts from minute a to minute b (None: running)."""
+
+    def at_minute(m: int | None) -> datetime | None:
+        return None if m is None else NOW - timedelta(minutes=60 - m)
+
+    attempts = tuple((at_minute(a), at_minute(b)) for a, b in spans)
+    return KeyJob(j.id, KEY, attempts, at_minute(spans[-1][1]), holds)  # type: ignore[arg-type]
+
+
+def test_two_jobs_of_a_key_running_at_once_are_both_found():
+    first, second = keyed(), keyed()
+    found = check_unique_keys([second], [ran(first, (10, 20)), ran(second, (15, 25))])
+    assert {(v.kind, v.job_id) for v in found} == {
+        (Kind.UNIQUE_TWICE, first.id),
+        (Kind.UNIQUE_TWICE, second.id),
+    }
+    assert str(first.id) in next(v.detail for v in found if v.job_id == second.id)
+    # one still running when the other ran
+    running = KeyJob(uuid.uuid4(), KEY, ((NOW - timedelta(minutes=50), None),))
+    assert len(check_unique_keys([second], [running, ran(second, (15, 25))])) == 2
+
+
+def test_a_job_running_after_a_holder_finished_in_a_state_its_key_holds_in_is_found():
+    holder, later = keyed(), keyed()
+    rows = [ran(holder, (10, 20), holds=True), ran(later, (30, 40))]
+    assert kinds(check_unique_keys([later], rows)) == ["unique_twice", "unique_twice"]
+
+
+def test_jobs_of_a_key_one_after_the_other_are_clean_retries_included():
+    first, second = keyed(), keyed()
+    # first ran and died (freeing the key), second ran, then an operator retried first
+    rows = [ran(first, (5, 10), (30, 35)), ran(second, (15, 20))]
+    assert check_unique_keys([first, second], rows) == []
+    # a job with no key, or whose key row is missing, is skipped
+    plain = FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW)
+    assert check_unique_keys([plain, keyed()], rows) == []

@@ -13,6 +13,7 @@ from chaos.loader import loads_scenario
 from chaos.messages import MessageView
 from chaos.scenario import Expectations
 from chaos.shop import shop_view
+from chaos.ticks import ScheduleTicks, TickVerdict
 from chaos.verdict import JobIssue, Verdict, check
 from chaos.workload import ClientView, Drain
 
@@ -87,6 +88,23 @@ def test_with_the_fence_off_the_auditor_must_find_every_job_the_checker_doubled(
     (missed,) = judged(found(("effects_twice", "j1")))
     assert missed.valid is False and "missed 1 of the 2 job(s)" in missed.message
     assert "j2" in missed.message
+
+
+def test_the_auditor_must_name_every_job_of_a_doubled_tick_and_nothing_else():
+    ticks = TickVerdict(
+        (ScheduleTicks("run-s1", "allow", None, None, 3, doubled=1, doubled_jobs=("t1", "t2")),)
+    )
+    doubled_tick = dataclasses.replace(empty_verdict(), ticks=ticks)
+
+    def judged(view: AuditorView) -> tuple:
+        return harness_findings(Evidence(doubled_tick, expectations(""), view=VIEW, auditor=view))
+
+    assert judged(found(("tick_twice", "t1"), ("tick_twice", "t2"))) == ()
+    (missed,) = judged(found(("tick_twice", "t1")))
+    assert missed.valid is False and "missed 1 of the 2 job(s) of the ticks" in missed.message
+    # with the fence on, anything else it finds is still a finding
+    (other,) = judged(found(("tick_twice", "t1"), ("tick_twice", "t2"), ("tick_twice", "t9")))
+    assert "found 1 violation(s)" in other.message and "t9" in other.message
 
 
 def test_an_expected_alert_already_firing_at_the_start_proves_nothing():

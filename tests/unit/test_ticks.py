@@ -115,6 +115,7 @@ def test_a_clean_run_passes_with_its_counts():
     assert (one.expected, one.fired, one.missing, one.doubled, one.late) == (10, 10, 0, 0, 0)
     assert (one.first, one.last) == (T0, at(9))
     assert verdict.total("fired") == 10 and verdict.skipped == {}
+    assert verdict.doubled_jobs == set()
     assert one.to_dict()["first"] == T0.isoformat()
     assert verdict.to_dict()["totals"]["expected"] == 10
 
@@ -145,6 +146,7 @@ def test_two_jobs_for_one_tick_fail_as_one_doubled_tick_and_nothing_else():
     assert kinds(findings) == ["tick_doubled"]
     assert "2 jobs (j3, j3-again)" in findings[0].message
     assert verdict.total("doubled") == 1 and verdict.total("fired") == 10
+    assert verdict.doubled_jobs == {"j3", "j3-again"}  # what the auditor must name
 
 
 def test_a_skip_with_no_reason_fails():
