@@ -85,7 +85,7 @@ MEANING: dict[Kind, str] = {
     Kind.STUCK_QUEUED: "due long ago, neither waiting in the outbox nor started",
     Kind.VANISHED: "deleted, not by the pruner (recorded by the delete itself)",
     Kind.TICK_TWICE: "one tick of a schedule, more than one job",
-    Kind.UNIQUE_TWICE: "inserted while another job held its unique key",
+    Kind.UNIQUE_TWICE: "held its unique key at the same time as another job",
 }
 
 
