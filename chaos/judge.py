@@ -442,6 +442,11 @@ def mail_refusals(e: Evidence) -> Iterator[Finding]:
     )
 
 
+# the effects a job takes outside leasework's tables (the shop's mail service's emails): their
+# doubles are the downstream fence's to stop and the checker's to see, not the auditor's
+NOT_LEASEWORKS = frozenset({"email"})
+
+
 def auditor_agrees(e: Evidence) -> Iterator[Finding]:
     """The product's auditor held to the checker: it finds every job the checker found
     taking a fenced effect (or success) twice (with the fence off) and every job of a tick
@@ -463,7 +468,7 @@ def auditor_agrees(e: Evidence) -> Iterator[Finding]:
     doubled = (
         set()
         if e.fencing
-        else {j.job_id for j in e.verdict.doubled_jobs if "email effects" not in j.reason}
+        else {j.job_id for j in e.verdict.doubled_jobs if set(j.effects) - NOT_LEASEWORKS}
     )
     ticks = set(e.verdict.ticks.doubled_jobs) if e.verdict.ticks is not None else set()
     for what, wanted, kinds in (

@@ -62,6 +62,8 @@ class JobIssue:
     job_id: str | None
     key: str | None
     reason: str
+    # for a doubled job: the kinds of effect it took more than once ("ledger", "email", ...)
+    effects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -443,7 +445,14 @@ def check_effects(run: Observed) -> Checked:
         kinds = Counter(str(r["kind"]) for r in rows)
         repeated = [r for r in rows if kinds[str(r["kind"])] > 1]
         if repeated:
-            doubled_jobs.append(JobIssue(job_id, key, _effects_text(repeated)))
+            doubled_jobs.append(
+                JobIssue(
+                    job_id,
+                    key,
+                    _effects_text(repeated),
+                    tuple(sorted({str(r["kind"]) for r in repeated})),
+                )
+            )
         if job is None or job["status"] != Status.SUCCEEDED:
             stray += len(rows)
             state = "missing from the table" if job is None else f"{job['status']}"

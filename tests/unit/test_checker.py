@@ -319,6 +319,7 @@ def test_a_receipt_emailed_twice_is_doubled_and_an_email_beside_its_receipt_is_n
     assert verdict.valid is False and verdict.doubled == 1
     # the fences in the order sent: the stale attempt's email came after the newer one's
     assert verdict.doubled_jobs[0].reason == "2 email effects (fences 2, 1)"
+    assert verdict.doubled_jobs[0].effects == ("email",)  # the judge leaves these to the shop
 
 
 # ---------------------------------------------------------------- histories that must pass

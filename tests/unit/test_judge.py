@@ -72,9 +72,9 @@ def test_with_the_fence_off_the_auditor_must_find_every_job_the_checker_doubled(
         empty_verdict(),
         doubled=3,
         doubled_jobs=(
-            JobIssue("j1", "k1", "2 ledger effects (fences 1, 2)"),
-            JobIssue("j2", "k2", "2 ledger effects (fences 3, 4)"),
-            JobIssue("j3", "k3", "2 email effects (fences 4, 3)"),  # the mail's, not ours
+            JobIssue("j1", "k1", "2 ledger effects (fences 1, 2)", ("ledger",)),
+            JobIssue("j2", "k2", "2 ledger effects (fences 3, 4)", ("ledger",)),
+            JobIssue("j3", "k3", "2 email effects (fences 4, 3)", ("email",)),  # the mail's
         ),
     )
 
