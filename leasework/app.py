@@ -34,6 +34,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
+from leasework import queues
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
@@ -79,6 +80,7 @@ class JobType:
         backoff: tuple[float | timedelta, float | timedelta] | None = None,
         permanent: tuple[type[BaseException], ...] = (),
         unique: Unique | None = None,
+        queue: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
             raise AppError(
@@ -132,6 +134,9 @@ class JobType:
         if unique is not None and (errors := fields_errors(unique, self.payload_fields())):
             raise AppError(f"{name}: unique: {errors[0].message}")
         self.unique = unique
+        if queue is not None and (problem := queues.name_error(queue)) is not None:
+            raise AppError(f"{name}: queue {queue!r} {problem}")
+        self.queue = queue  # None: the default queue
 
     def __repr__(self) -> str:
         return f"<JobType {self.name}>"
@@ -257,6 +262,7 @@ class App:
         payload: Any = _UNSET,
         schedule: str | None = None,
         unique: Unique | None = None,
+        queue: str | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
@@ -265,7 +271,9 @@ class App:
         ``schedule``, a cron expression, also declares a schedule of the type's own name
         that runs it with an empty payload (:meth:`schedule` for the other options).
         ``unique`` (a :class:`leasework.Unique`) makes every door answer ``duplicate``, with
-        the existing job's id, to a submit of the type whose key a job already holds."""
+        the existing job's id, to a submit of the type whose key a job already holds.
+        ``queue`` names the queue its jobs wait in (``default`` when left out; a submit may
+        name another); the queue must exist (``leasework queues create NAME``)."""
 
         def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
             job_type = JobType(
@@ -277,6 +285,7 @@ class App:
                 backoff=backoff,
                 permanent=permanent,
                 unique=unique,
+                queue=queue,
             )
             self.add(job_type)
             if schedule is not None:
@@ -377,6 +386,7 @@ class App:
                 "retry_cap": t.backoff[1] if t.backoff else None,
                 "description": t.description,
                 "unique_policy": t.unique.spec() if t.unique is not None else None,
+                "queue": t.queue,
             }
             for t in self
         ]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from leasework import audit_cli, config, schedule_cli, token_cli
+from leasework import audit_cli, config, queue_cli, schedule_cli, token_cli
 from leasework.states import RETRYABLE
 
 if TYPE_CHECKING:  # the client (httpx) is imported only by the commands that talk to the api
@@ -21,23 +21,33 @@ if TYPE_CHECKING:  # the client (httpx) is imported only by the commands that ta
 ROLES = ("api", "relay", "worker", "dev", "migrate")
 
 
-def role_arguments(role: str, args: list[str]) -> str | None:
-    """``--app module:attr`` (or ``--app=...``) after a role: the app to load, if given."""
+def role_arguments(role: str, args: list[str]) -> argparse.Namespace:
+    """``--app module:attr`` (or ``--app=...``) after a role: the app to load, if given; and
+    for a worker, ``--queues`` it serves."""
     parser = argparse.ArgumentParser(prog=f"leasework {role}")
     parser.add_argument(
         "--app",
         help="your job types, as module:attribute (several comma-separated); default "
         "$LEASEWORK_APP",
     )
-    return parser.parse_args(args).app
+    if role in ("worker", "dev"):
+        parser.add_argument(
+            "--queues",
+            help="the queues this worker serves, comma-separated (e.g. emails,default); "
+            "default $LEASEWORK_QUEUES, else default and every queue the app's types name",
+        )
+    return parser.parse_args(args)
 
 
 def run_role(role: str, args: list[str] | None = None) -> int:
     import os
 
-    app_spec = role_arguments(role, args or [])
+    given = role_arguments(role, args or [])
+    app_spec = given.app
     if app_spec is not None:
         os.environ["LEASEWORK_APP"] = app_spec
+    if getattr(given, "queues", None) is not None:
+        os.environ["LEASEWORK_QUEUES"] = given.queues
     try:
         settings = config.load(role)
     except config.ConfigError as exc:
@@ -245,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     token_cli.add_parser(sub)
     schedule_cli.add_parser(sub)
     audit_cli.add_parser(sub)
+    queue_cli.add_parser(sub)
     from leasework import doctor
 
     doctor.add_parser(sub)
@@ -370,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         return token_cli.run(args)
     if args.command == "audit":
         return audit_cli.run(args)
+    if args.command == "queues":
+        return queue_cli.run(args)
     if args.command == "doctor":
         from leasework import doctor
 

@@ -42,6 +42,7 @@ def submit_body(
     max_attempts: int | None = None,
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
+    queue: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"type": job_type, "payload": {} if payload is None else payload}
     optional = {
@@ -50,6 +51,7 @@ def submit_body(
         "max_attempts": max_attempts,
         "timeout_seconds": timeout_seconds,
         "ordering_key": ordering_key,
+        "queue": queue,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body

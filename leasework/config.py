@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS
+from leasework.queues import parse_queues
 from leasework.redisconn import RedisTarget, RedisURLError, check_url
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -84,6 +85,7 @@ SETTING_VARIABLES = (
     "TRUSTED_PROXIES",
     "INTERNAL_ADDR",
     "CONSUMER_GROUP",
+    "QUEUES",
     "APP",
     "DOCTOR_ALLOW",
 )
@@ -187,6 +189,8 @@ class Settings:
     # "fenced" (always, unless the unsafe demo mode is asked for explicitly, see load())
     lease_mode: str = "fenced"
     consumer_group: str = "leasework-workers"
+    # the queues a worker serves (None: default and every queue its app's types name)
+    queues: tuple[str, ...] | None = None
     # relay
     relay_batch_size: int = 1000
     relay_tick: float = 0.5
@@ -331,6 +335,11 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
     values.update(_api_options(get))
     if (group := get("CONSUMER_GROUP")) is not None:
         values["consumer_group"] = group
+    if (served := get("QUEUES")) is not None:
+        try:
+            values["queues"] = parse_queues(served)
+        except ValueError as exc:
+            raise ConfigError(f"LEASEWORK_QUEUES: {exc}") from None
     if role in APP_ROLES:
         values["app"] = _app(role, get("APP"))
     if (allow := get("DOCTOR_ALLOW")) is not None:

@@ -82,3 +82,10 @@ async def ledger(ctx: JobContext, payload: Ledger) -> None:
 async def echo(ctx: JobContext, payload: Any) -> Any:
     """Returns its payload: the job's result."""
     return payload
+
+
+@app.job("notify", queue="emails")
+async def notify(ctx: JobContext, payload: Any) -> Any:
+    """Waits in the ``emails`` queue (its own Kafka topic and consumer group, served by the
+    demo's workers beside ``default``); returns its payload."""
+    return payload

@@ -94,6 +94,7 @@ def job(
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
     unique: Unique | None = None,
+    queue: str | None = None,
 ) -> JobRequest:
     """One job for :func:`enqueue_many`; the arguments are those of :func:`enqueue`."""
     return JobRequest(
@@ -106,6 +107,7 @@ def job(
         ordering_key=ordering_key,
         idempotency_key=idempotency_key,
         unique=unique,
+        queue=queue,
     )
 
 
@@ -255,6 +257,7 @@ def enqueue(
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
     unique: Unique | None = None,
+    queue: str | None = None,
     topic: str = TOPIC,
 ) -> Enqueued:
     """Enqueue one job in the caller's open transaction and return its id.
@@ -262,7 +265,9 @@ def enqueue(
     ``payload`` may be JSON values or an instance of the type's payload model; ``delay``
     (seconds or a timedelta) or ``run_at`` (an aware datetime) defer it; ``idempotency_key``
     makes a repeat of the same request return the same job (a different request with the
-    same key raises :class:`IdempotencyConflict`).
+    same key raises :class:`IdempotencyConflict`); ``queue`` names the queue it waits in
+    (default: its type's, else ``default``; a queue that does not exist raises psycopg's
+    ``DataError`` saying so, and the caller's transaction is aborted).
     """
     request = job(
         job_type,
@@ -274,6 +279,7 @@ def enqueue(
         timeout_seconds=timeout_seconds,
         ordering_key=ordering_key,
         unique=unique,
+        queue=queue,
     )
     return enqueue_many(conn, [request], app=app, topic=topic)[0]
 
@@ -313,6 +319,7 @@ async def enqueue_async(
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
     unique: Unique | None = None,
+    queue: str | None = None,
     topic: str = TOPIC,
 ) -> Enqueued:
     """:func:`enqueue` on psycopg's ``AsyncConnection``, for asyncio applications."""
@@ -326,5 +333,6 @@ async def enqueue_async(
         timeout_seconds=timeout_seconds,
         ordering_key=ordering_key,
         unique=unique,
+        queue=queue,
     )
     return (await enqueue_many_async(conn, [request], app=app, topic=topic))[0]

@@ -54,6 +54,8 @@ class Job:
     # leasework.unique.STATE_BITS (None: it asked for no uniqueness)
     unique_key: bytes | None = None
     unique_states: int | None = None
+    # the named queue it waits in (leasework.queues): its Kafka topic and its workers
+    queue: str = "default"
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

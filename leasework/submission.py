@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leasework import jsonlimits
+from leasework import jsonlimits, queues
 from leasework.app import App
 from leasework.errors import FieldError
 from leasework.job import (
@@ -68,6 +68,8 @@ class JobRequest:
     idempotency_key: str | None = None
     # uniqueness this submit asks (None: the type's declared uniqueness, if any)
     unique: Unique | None = None
+    # the queue it waits in (None: its type's, else the default queue)
+    queue: str | None = None
 
 
 def unique_of(request: JobRequest, app: App | None) -> Unique | None:
@@ -159,6 +161,8 @@ def request_errors(request: JobRequest, app: App | None, prefix: str = "") -> li
     errors.extend(_int_errors("timeout_seconds", request.timeout_seconds, 1, MAX_TIMEOUT_SECONDS))
     errors.extend(_key_errors("ordering_key", request.ordering_key))
     errors.extend(_key_errors("idempotency_key", request.idempotency_key))
+    if request.queue is not None and (problem := queues.name_error(request.queue)) is not None:
+        errors.append(FieldError("queue", problem))
     return [FieldError(prefix + e.field, e.message) for e in errors] if prefix else errors
 
 
@@ -185,6 +189,10 @@ def insert_row(
         row["default_timeout_seconds"] = value
     if job_type is not None and job_type.backoff is not None:
         row["retry_base"], row["retry_cap"] = job_type.backoff
+    if request.queue is not None:
+        row["queue"] = request.queue
+    elif job_type is not None and job_type.queue is not None:
+        row["default_queue"] = job_type.queue
     if request.unique is not None:
         row["unique"] = request.unique.spec()
     elif job_type is not None and job_type.unique is not None:

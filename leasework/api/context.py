@@ -4,7 +4,7 @@ plain async function that takes an :class:`ApiContext` first (see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from quart import current_app, request
@@ -12,6 +12,7 @@ from quart import current_app, request
 from leasework.api.groupcommit import GroupCommit
 from leasework.api.guard import principal_of
 from leasework.api.limits import BodyLimits
+from leasework.api.queues import KnownQueues
 from leasework.app import App
 from leasework.config import Settings
 from leasework.db import Database
@@ -32,6 +33,7 @@ class ApiContext:
     limits: BodyLimits
     defaults: Defaults  # a job's attempts and timeout when neither it nor its type names them
     document: dict[str, Any]  # the OpenAPI document, served at /openapi.json
+    queues: KnownQueues = field(default_factory=KnownQueues)  # the queues seen to exist
 
     @classmethod
     def current(cls) -> ApiContext:

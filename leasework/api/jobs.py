@@ -39,6 +39,7 @@ JOB_FIELDS = (
     "result",
     "deferrals",
     "schedule",
+    "queue",
 )
 
 

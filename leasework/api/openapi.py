@@ -29,6 +29,7 @@ from leasework.api.routes import ROUTES
 from leasework.api.routing import Route
 from leasework.app import App, JobType
 from leasework.operations import API_BODY, BULK_RETRY_LIMIT
+from leasework.queues import DEFAULT
 from leasework.states import RETRYABLE, Status
 from leasework.submission import MAX_ATTEMPTS, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
 
@@ -83,12 +84,25 @@ SUBMIT_OPTIONS: dict[str, Any] = {
 }
 
 
+def queue_schema(job_type: JobType) -> dict[str, Any]:
+    """A submit's ``queue``: the queues this type is known to use (its own and ``default``);
+    any other queue that exists is taken too, one that does not is a 422."""
+    names = sorted({DEFAULT, job_type.queue or DEFAULT})
+    return {
+        "type": "string",
+        "enum": names,
+        "description": "the queue the job waits in (default: its type's, else 'default'); "
+        "any queue created with `leasework queues create` is taken",
+    }
+
+
 def _submit_schema(job_type: JobType, payload: dict, *, batch_item: bool) -> dict:
     properties: dict[str, Any] = {
         "type": {"const": job_type.name},
         "payload": payload,
         **SUBMIT_OPTIONS,
         "unique": nullable(unique_schema(job_type)),
+        "queue": nullable(queue_schema(job_type)),
     }
     if batch_item:
         properties["idempotency_key"] = nullable(IDEMPOTENCY_KEY)
@@ -244,6 +258,7 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "result": {"description": "the handler's return value, once succeeded"},
             "deferrals": {"type": "integer"},
             "schedule": {**NULLABLE_STRING, "description": "the schedule it came from"},
+            "queue": {"type": "string", "description": "the named queue it waits in"},
             "tick_at": {**NULLABLE_STRING, "description": "the nominal instant of its tick"},
             "run_at": {"type": "string"},
             "created_at": {"type": "string"},

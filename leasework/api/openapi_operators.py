@@ -121,6 +121,40 @@ def workers() -> dict:
     }
 
 
+QUEUE_SCHEMA = {
+    "type": "object",
+    "required": ["name", "waiting", "running", "oldest_waiting_seconds", "finished_per_second"],
+    "properties": {
+        "name": {"type": "string"},
+        "waiting": {"type": "integer", "description": "queued, or scheduled and due"},
+        "running": {"type": "integer"},
+        "oldest_waiting_seconds": {
+            "type": ["number", "null"],
+            "description": "how long the oldest waiting job has been due",
+        },
+        "finished_per_second": {"type": "number", "description": "over the last 5 minutes"},
+        "created_at": {"type": "string", "format": "date-time"},
+    },
+}
+
+
+def list_queues() -> dict:
+    """GET ``/queues``."""
+    return {
+        "summary": "The queues: jobs waiting and running, the oldest waiting, throughput",
+        "responses": {
+            "200": json_response(
+                {
+                    "type": "object",
+                    "required": ["queues"],
+                    "properties": {"queues": {"type": "array", "items": QUEUE_SCHEMA}},
+                },
+                "Every queue, by name",
+            )
+        },
+    }
+
+
 def alert_webhook() -> dict:
     """POST ``/alerts/webhook``."""
     return {

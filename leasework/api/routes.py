@@ -19,6 +19,7 @@ from leasework.api import (
     openapi_schedules,
     operators,
     ops,
+    queues,
     schedules,
     submit,
 )
@@ -39,6 +40,8 @@ ROUTES: tuple[Route, ...] = (
           openapi_jobs.cancel_job),
     Route("POST", "/jobs/{job_id}/retry", jobs.retry, "cancel", "retry", openapi_jobs.retry_job),
     Route("GET", "/job-types", jobs.job_types, "read", "job_types", openapi_jobs.job_types),
+    Route("GET", "/queues", queues.list_queues, "read", "list_queues",
+          openapi_operators.list_queues),
     # recurring schedules (leasework/api/schedules.py): reading them needs read; changing
     # them needs cancel, the scope of the operators' other changes (cancel, retry)
     Route("GET", "/schedules", schedules.list_schedules, "read", "list_schedules",

@@ -23,6 +23,7 @@ from leasework import metrics, store
 from leasework.api.bodies import invalid, off_loop, parse_body
 from leasework.api.context import ApiContext
 from leasework.api.problems import Problem
+from leasework.api.queues import queue_of
 from leasework.api.validation import batch_requests, job_request
 from leasework.errors import FieldError
 from leasework.jsonlimits import MAX_BATCH_STRUCTURE, compact
@@ -93,6 +94,7 @@ async def submit(
     parsed, row = await off_loop(
         len(raw), decode_submit, ctx, headers.get("content-type"), raw, key
     )
+    await ctx.queues.check(ctx.db, [queue_of(parsed, ctx.jobs_app)])
     inserted = await ctx.group.insert(row)
     if inserted.conflict:
         raise conflict(parsed.idempotency_key, inserted.id)
@@ -129,6 +131,8 @@ async def insert_batch(
 ) -> list[store.Inserted]:
     """Every job of a batch in one transaction, or none: a conflicting idempotency key rolls
     it back; a duplicate (a unique key another job holds) is that item's answer alone."""
+
+    await ctx.queues.check(ctx.db, {queue_of(j, ctx.jobs_app) for j in jobs}, batch=True)
 
     def write(conn: psycopg.Connection) -> list[store.Inserted]:
         inserted = store.jobs_insert(conn, rows, ctx.settings.topic_ready)

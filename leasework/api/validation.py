@@ -21,6 +21,7 @@ KNOWN_FIELDS = frozenset(
         "timeout_seconds",
         "ordering_key",
         "unique",
+        "queue",
     }
 )
 BATCH_ITEM_FIELDS = KNOWN_FIELDS | {"idempotency_key"}
@@ -64,6 +65,7 @@ def job_request(
         ordering_key=body.get("ordering_key"),
         idempotency_key=body.get("idempotency_key") if batch_item else idempotency_key,
         unique=unique,
+        queue=body.get("queue"),
     )
     errors.extend(request_errors(request, app))
     return errors or request

@@ -225,7 +225,8 @@ def jobs_retry_matching(
                 ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
             chosen AS (SELECT DISTINCT ON (coalesce(unique_key, uuid_send(id))) id FROM picked),
             requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM chosen WHERE jobs.id = chosen.id
-                         RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key),
+                         RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key,
+                                   jobs.queue),
             wake AS ({ready_outbox_insert("requeued")} RETURNING 1)
             SELECT count(*) AS n FROM wake""",
         {**params, "limit": limit, "topic": topic},

@@ -66,7 +66,7 @@ def jobs_promote_due(conn: psycopg.Connection, limit: int, topic: str) -> int:
                 WHERE id IN (SELECT id FROM jobs WHERE status = ANY(%(sources)s)
                              AND run_at <= now()
                              ORDER BY run_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-                RETURNING id, type, attempt, ordering_key),
+                RETURNING id, type, attempt, ordering_key, queue),
             wake AS ({ready_outbox_insert("promoted")} RETURNING 1)
             SELECT count(*) AS n FROM wake""",
         {"sources": sources, "limit": limit, "topic": topic},

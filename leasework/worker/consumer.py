@@ -24,6 +24,7 @@ from leasework import metrics
 from leasework.config import Settings
 from leasework.kafka import client_config
 from leasework.pacing import Pacer
+from leasework.queues import DEFAULT, consumer_group
 from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
@@ -44,9 +45,10 @@ class Consumed:
     job_id: uuid.UUID | None
 
 
-def consumer_config(settings: Settings) -> dict:
+def consumer_config(settings: Settings, queue: str = DEFAULT) -> dict:
+    """The consumer of ``queue``'s topic, in the queue's own group."""
     config = {
-        "group.id": settings.consumer_group,
+        "group.id": consumer_group(settings.consumer_group, queue),
         # offsets are stored by the worker once a job's outcome is durable, and committed
         # by librdkafka in the background (plus synchronously on revoke and shutdown)
         "enable.auto.commit": True,

@@ -34,17 +34,22 @@ committed, and the consumer closed.
 
 from __future__ import annotations
 
+import logging
 import math
 from datetime import UTC, datetime
 
 import trio
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from leasework.app import App
 from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.db import Database
+from leasework.kafka import client_config
 from leasework.lease import Leases
 from leasework.outcomes import RetryDefaults
+from leasework.queue_ops import ensure_queues
+from leasework.queues import DEFAULT, ready_topic
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor
 from leasework.worker.claim import Claimer, ClaimStage, Started
@@ -56,11 +61,22 @@ from leasework.worker.slots import Slots
 
 GRACEFUL_FRACTION = 0.75  # of shutdown_timeout, that running jobs get to finish
 
+log = logging.getLogger("leasework.worker")
+
+
+def served_queues(settings: Settings, app: App) -> tuple[str, ...]:
+    """The queues a worker serves: ``LEASEWORK_QUEUES`` (``--queues``), else ``default`` and
+    every queue its app's types name."""
+    if settings.queues is not None:
+        return settings.queues
+    named = [t.queue for t in app if t.queue is not None]
+    return tuple(dict.fromkeys([DEFAULT, *sorted(named)]))
+
 
 class Worker:
     """The stages of one worker process and the nursery that joins them; the services the
-    stages share (the completer's batches, the heartbeat's renewals, the slots) live as long
-    as the worker, the stages as long as one :meth:`run`."""
+    stages share (the completer's batches, the heartbeat's renewals, each queue's slots)
+    live as long as the worker, the stages as long as one :meth:`run`."""
 
     def __init__(self, settings: Settings, db: Database, app: App) -> None:
         self.settings = settings
@@ -97,58 +113,136 @@ class Worker:
             ttl=settings.lease_ttl,
             notices_loss=not self.unsafe,
         )
-        self.slots = Slots(settings.worker_concurrency)
+        self.queues = served_queues(settings, app)
+        # each queue's own slots: a queue runs up to worker_concurrency jobs, and a flooded
+        # or idle queue never holds another's (an idle consumer's poll holds its free slots)
+        self.slots_of = {q: Slots(settings.worker_concurrency) for q in self.queues}
+
+    async def ensure_queues(self) -> None:
+        """Create the queues this worker serves that do not exist yet (topic, then row),
+        trying again every 2 s while Postgres or Kafka cannot be reached."""
+        settings = self.settings
+
+        def ensure(conn) -> list[str]:
+            return ensure_queues(
+                conn,
+                settings.kafka_brokers,
+                f"{self.name}-queues",
+                settings.topic_ready,
+                self.queues,
+                created_by=f"worker {self.name}",
+                extra=settings.kafka_properties,
+            )
+
+        while True:
+            try:
+                made = await self.db.run(ensure)
+            except Exception as exc:  # unreachable, or Kafka refused: said, tried again
+                log.warning("cannot create the queues yet", extra={"error": str(exc)[:300]})
+                await trio.sleep(2.0)
+                continue
+            if made:
+                log.info("queues created", extra={"queues": made})
+            return
+
+    async def topics_missing(self) -> bool:
+        """Whether a served queue's topic is not in the cluster (or the cluster could not
+        say): then the queues are made before subscribing."""
+        topics = [ready_topic(self.settings.topic_ready, q) for q in self.queues]
+        if topics == [self.settings.topic_ready]:
+            return False  # default only: its topic is the deployment's
+
+        def missing() -> bool:
+            admin = AdminClient(
+                client_config(
+                    self.settings.kafka_brokers,
+                    f"{self.name}-queues",
+                    self.settings.kafka_properties,
+                )
+            )
+            try:
+                known = admin.list_topics(timeout=5.0).topics
+            except KafkaException:
+                return True
+            return any(t not in known for t in topics)
+
+        return await trio.to_thread.run_sync(missing)
 
     async def run(self, stopping: Stopping) -> None:
-        """Subscribe, run the pipeline and its background loops until ``stopping`` and the
-        drain, commit the finished prefix, close the consumer."""
-        topic = self.settings.topic_ready
-        consumer = Consumer(consumer_config(self.settings))
-        offsets = Offsets(consumer, topic)
-        await trio.to_thread.run_sync(
-            lambda: consumer.subscribe(
-                [topic], on_assign=offsets.on_assign, on_revoke=offsets.on_revoke
+        """Subscribe to each served queue (a consumer of its own, in the queue's group), run
+        a pipeline per queue and the shared background loops until ``stopping`` and the
+        drain, commit each queue's finished prefix, close the consumers."""
+        if await self.topics_missing():
+            await self.ensure_queues()  # before subscribing: a queue's consumer needs its topic
+            ensure_later = None
+        else:
+            ensure_later = self.ensure_queues  # (their rows, if made by hand: not urgent)
+        feeds = []
+        for queue in self.queues:
+            topic = ready_topic(self.settings.topic_ready, queue)
+            consumer = Consumer(consumer_config(self.settings, queue))
+            offsets = Offsets(consumer, topic)
+            await trio.to_thread.run_sync(
+                lambda c=consumer, t=topic, o=offsets: c.subscribe(
+                    [t], on_assign=o.on_assign, on_revoke=o.on_revoke
+                )
             )
-        )
+            feeds.append((consumer, offsets))
         presence = Presence(
             self.name, self.app.name, datetime.now(UTC), self.settings.worker_concurrency
         )
         async with trio.open_nursery() as background:
             await background.start(self.completer.run)
             background.start_soon(self.heartbeat.run)
-            background.start_soon(offsets.run)
+            if ensure_later is not None:
+                background.start_soon(ensure_later)
+            for _, offsets in feeds:
+                background.start_soon(offsets.run)
             background.start_soon(
                 presence_loop, self.db, presence, lambda: len(self.executor.running)
             )
-            await self.pipeline(consumer, offsets, stopping)
-            await offsets.store()
-            await offsets.commit()
+            async with trio.open_nursery() as pipelines:
+                for queue, (consumer, offsets) in zip(self.queues, feeds, strict=True):
+                    pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue)
+            for _, offsets in feeds:
+                await offsets.store()
+                await offsets.commit()
             background.cancel_scope.cancel()
-        await trio.to_thread.run_sync(consumer.close)
+        for consumer, _ in feeds:
+            await trio.to_thread.run_sync(consumer.close)
 
-    async def pipeline(self, consumer: Consumer, offsets: Offsets, stopping: Stopping) -> None:
-        """consume → claim → job tasks until ``stopping``, then the drain."""
+    async def pipeline(
+        self, consumer: Consumer, offsets: Offsets, stopping: Stopping, queue: str = DEFAULT
+    ) -> None:
+        """consume → claim → job tasks of one queue until ``stopping``, then the drain (of
+        every queue: the graceful time and the cancels are the worker's)."""
+        slots = self.slots_of[queue]
         batches_in, batches_out = trio.open_memory_channel[list[Consumed]](math.inf)
         started_in, started_out = trio.open_memory_channel[tuple[Consumed, Started]](math.inf)
         claim = ClaimStage(
-            self.claimer, offsets, self.slots, stopping, started_in, ttl=self.settings.lease_ttl
+            self.claimer, offsets, slots, stopping, started_in, ttl=self.settings.lease_ttl
         )
         async with trio.open_nursery() as stages:
             stages.start_soon(claim.run, batches_out)
-            stages.start_soon(self.run_jobs, started_out, offsets)
-            await consume(consumer, offsets, self.slots, stopping, batches_in)
+            stages.start_soon(self.run_jobs, started_out, offsets, slots)
+            await consume(consumer, offsets, slots, stopping, batches_in)
             await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
             stages.cancel_scope.cancel()  # every slot is back: the stages hold nothing
 
     async def run_jobs(
-        self, started: trio.MemoryReceiveChannel[tuple[Consumed, Started]], offsets: Offsets
+        self,
+        started: trio.MemoryReceiveChannel[tuple[Consumed, Started]],
+        offsets: Offsets,
+        slots: Slots,
     ) -> None:
         """A task per started job, until ``started`` is closed and those tasks are done."""
         async with trio.open_nursery() as jobs:
             async for message, job in started:
-                jobs.start_soon(self.run_job, message, job, offsets)
+                jobs.start_soon(self.run_job, message, job, offsets, slots)
 
-    async def run_job(self, message: Consumed, started: Started, offsets: Offsets) -> None:
+    async def run_job(
+        self, message: Consumed, started: Started, offsets: Offsets, slots: Slots
+    ) -> None:
         """execute → complete → offsets for one job; its slot is given back at the end. The
         message is marked finished only once the outcome is durable."""
         try:
@@ -159,13 +253,18 @@ class Worker:
         except Exception:  # a bug in this process, not the job's outcome: keep the worker
             unexpected(message)
         finally:
-            self.slots.release()
+            slots.release()
+
+    async def idle(self) -> None:
+        """Until every queue's slots are all back."""
+        for slots in self.slots_of.values():
+            await slots.idle()
 
     async def drain(self, graceful: float) -> None:
         """Running jobs get ``graceful`` seconds to finish; then each is cancelled (recorded
         ``failed`` for an immediate retry) and its outcome written before this returns."""
         with trio.move_on_after(graceful):
-            await self.slots.idle()
+            await self.idle()
         for running in list(self.executor.running.values()):
             running.cancel(CancelReason.SHUTDOWN)
-        await self.slots.idle()
+        await self.idle()

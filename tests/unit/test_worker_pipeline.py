@@ -135,7 +135,7 @@ async def test_each_message_passes_once_and_is_finished_only_after_its_outcome_i
     assert len(completer.written) == 2  # type: ignore[attr-defined]
     assert written[first].status == Status.SUCCEEDED
     assert written[last].result == {"n": 1}
-    assert worker.slots.held == 0
+    assert worker.slots_of["default"].held == 0
 
 
 async def test_a_stop_gives_running_jobs_the_graceful_time_then_cancels_and_writes_them():
@@ -159,7 +159,7 @@ async def test_a_stop_gives_running_jobs_the_graceful_time_then_cancels_and_writ
     assert written[quick].status == Status.SUCCEEDED
     assert written[slow].status == Status.FAILED and written[slow].retry_in == 0.0
     assert written[slow].error == "worker shut down before the handler finished"
-    assert offsets.tracker.positions() == {0: 2} and worker.slots.held == 0
+    assert offsets.tracker.positions() == {0: 2} and worker.slots_of["default"].held == 0
 
 
 async def test_a_bug_while_handling_a_job_leaves_its_message_unfinished_and_the_worker_running():
@@ -181,4 +181,4 @@ async def test_a_bug_while_handling_a_job_leaves_its_message_unfinished_and_the_
             await wait_until(lambda: len(worker.completer.written) == 2)  # type: ignore[attr-defined]
             stopping.set("test")
     assert offsets.tracker.positions() == {0: 1}  # never past the broken job's message
-    assert worker.slots.held == 0  # its slot was given back all the same
+    assert worker.slots_of["default"].held == 0  # its slot was given back all the same

@@ -133,12 +133,12 @@ async def test_the_drain_waits_its_graceful_time_then_cancels_what_still_runs(au
     async def job(seconds: float) -> None:
         completion = await worker.executor.execute(started("sleep", {"seconds": seconds}))
         outcomes.append((seconds, completion.outcome))
-        worker.slots.release()  # the job's message is settled
+        worker.slots_of["default"].release()  # the job's message is settled
 
     begin = trio.current_time()
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
-            assert await worker.slots.take(2) == 2  # two messages, a slot each
+            assert await worker.slots_of["default"].take(2) == 2  # two messages, a slot each
             nursery.start_soon(job, 1.0)  # finishes within the graceful time
             nursery.start_soon(job, 5.0)  # still running when it is up
             await trio.lowlevel.checkpoint()

@@ -1,0 +1,183 @@
+"""Creating queues and reading their state: the I/O around :mod:`leasework.queues`.
+
+A queue is usable once it has its row in ``queues`` (migration 0011), and it gets that row
+only after its Kafka topic exists, so a job inserted into a queue always has a topic to be
+published on. The topic copies the ready topic's shape (partitions, replication,
+``min.insync.replicas``): a queue is as durable as the default one. Creating is idempotent;
+``leasework queues create``, a worker starting with a queue that does not exist yet, and a
+test all call :func:`ensure_queues`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from psycopg.rows import dict_row, tuple_row
+
+from leasework.kafka import Properties, client_config
+from leasework.queues import DEFAULT, name_error, ready_topic
+from leasework.states import TERMINAL, Status
+
+
+class QueueError(Exception):
+    """A queue could not be created (its name, or Kafka refused the topic)."""
+
+
+def _shape(admin: AdminClient, base: str, timeout: float) -> tuple[int, int, dict[str, str]]:
+    """The ready topic's partitions, replication factor and min.insync.replicas."""
+    meta = admin.list_topics(base, timeout=timeout).topics.get(base)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise QueueError(f"the ready topic {base!r} is not readable: create it first")
+    partitions = len(meta.partitions)
+    replicas = len(next(iter(meta.partitions.values())).replicas)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, base)
+    described = admin.describe_configs([resource])[resource].result(timeout)
+    config = {}
+    if (entry := described.get("min.insync.replicas")) is not None:
+        config["min.insync.replicas"] = str(entry.value)
+    return partitions, replicas, config
+
+
+def create_topics(
+    brokers: Sequence[str],
+    client_id: str,
+    base: str,
+    names: Sequence[str],
+    extra: Properties = (),
+    timeout: float = 15.0,
+) -> list[str]:
+    """Create the topics of ``names`` (not ``default``: its topic is ``base`` itself) shaped
+    like ``base``; returns the topics made now (one that exists already is fine). Blocking."""
+    wanted = [ready_topic(base, n) for n in names if n != DEFAULT]
+    if not wanted:
+        return []
+    admin = AdminClient(client_config(brokers, client_id, extra))
+    partitions, replicas, config = _shape(admin, base, timeout)
+    futures = admin.create_topics(
+        [
+            NewTopic(t, num_partitions=partitions, replication_factor=replicas, config=config)
+            for t in wanted
+        ],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    made = []
+    for topic, future in futures.items():
+        try:
+            future.result()
+            made.append(topic)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise QueueError(f"Kafka refused the topic {topic!r}: {exc}") from None
+    return made
+
+
+def queues_insert(conn: psycopg.Connection, names: Sequence[str], created_by: str) -> None:
+    conn.execute(
+        "INSERT INTO queues (name, created_by) SELECT unnest(%s::text[]), %s "
+        "ON CONFLICT (name) DO NOTHING",
+        (list(names), created_by),
+    )
+
+
+def ensure_queues(
+    conn: psycopg.Connection,
+    brokers: Sequence[str],
+    client_id: str,
+    base: str,
+    names: Sequence[str],
+    *,
+    created_by: str,
+    extra: Properties = (),
+) -> list[str]:
+    """Make every queue of ``names`` usable: its topic, then its row. Blocking (call from a
+    thread). Returns the names that had no row before."""
+    for name in names:
+        if (problem := name_error(name)) is not None:
+            raise QueueError(f"queue {name!r}: {problem}")
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute("SELECT name FROM queues WHERE name = ANY(%s)", (list(names),))
+        known = {r[0] for r in cur.fetchall()}
+    missing = [n for n in names if n not in known]
+    if missing:
+        create_topics(brokers, client_id, base, missing, extra)
+        queues_insert(conn, missing, created_by)
+    return missing
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A queue as the list shows it: jobs waiting (queued, and scheduled or retrying and due),
+    running, the oldest waiting job's age, and jobs finished in the last five minutes."""
+
+    name: str
+    waiting: int
+    running: int
+    oldest_waiting_seconds: float | None
+    finished_5m: int
+    created_at: datetime
+
+    @property
+    def throughput(self) -> float:
+        """Jobs finished per second over the last five minutes."""
+        return self.finished_5m / 300.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "waiting": self.waiting,
+            "running": self.running,
+            "oldest_waiting_seconds": self.oldest_waiting_seconds,
+            "finished_per_second": round(self.throughput, 3),
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+def queues_list(conn: psycopg.Connection) -> list[QueueState]:
+    """Every queue with its depth, running jobs, oldest waiting job and recent throughput
+    (through the status indexes: the unfinished jobs and the last five minutes' finishes)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            """WITH live AS (
+               SELECT queue,
+                      count(*) FILTER (WHERE status = 'queued'
+                                       OR (status IN ('scheduled', 'failed')
+                                           AND run_at <= now())) AS waiting,
+                      count(*) FILTER (WHERE status = 'running') AS running,
+                      extract(epoch FROM now() - min(run_at) FILTER (
+                          WHERE status = 'queued' OR (status IN ('scheduled', 'failed')
+                                                      AND run_at <= now())))::float8 AS oldest
+               FROM jobs WHERE status = ANY(%(unfinished)s::text[])
+               GROUP BY queue),
+           done AS (
+               SELECT queue, count(*) AS n FROM jobs
+               WHERE finished_at > now() - interval '5 minutes'
+                 AND status = ANY(%(terminal)s::text[])
+               GROUP BY queue)
+           SELECT q.name, q.created_at, coalesce(l.waiting, 0) AS waiting,
+                  coalesce(l.running, 0) AS running, l.oldest, coalesce(d.n, 0) AS finished
+           FROM queues q LEFT JOIN live l ON l.queue = q.name
+           LEFT JOIN done d ON d.queue = q.name ORDER BY q.name""",
+            {
+                "unfinished": [str(s) for s in sorted(set(Status) - TERMINAL)],
+                "terminal": [str(s) for s in sorted(TERMINAL)],
+            },
+        ).fetchall()
+    return [
+        QueueState(
+            r["name"],
+            int(r["waiting"]),
+            int(r["running"]),
+            r["oldest"],
+            int(r["finished"]),
+            r["created_at"],
+        )
+        for r in rows
+    ]

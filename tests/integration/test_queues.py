@@ -1,0 +1,95 @@
+"""Named queues on the stack: the demo's workers serve ``default`` and ``emails`` (its
+``notify`` type's queue, created when they started: topic, then row); a job waits in its
+type's queue or the one its submit names and runs there; a queue that does not exist is a
+422 at every HTTP door and a DataError in ``enqueue``, nothing written; the CLI lists the
+queues and creates one, idempotently."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from leasework import enqueue
+from leasework.client import ApiError
+from tests.integration.conftest import DIRECT_DSN, wait_status
+
+BROKERS = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+
+
+def topics() -> set[str]:
+    admin = AdminClient({"bootstrap.servers": BROKERS})
+    return set(admin.list_topics(timeout=10).topics)
+
+
+def test_a_job_runs_in_its_types_queue_or_the_one_its_submit_names(client, db):
+    assert "jobs.ready.emails" in topics()  # made by the workers, shaped like jobs.ready
+    names = {r["name"] for r in db.execute("SELECT name FROM queues").fetchall()}
+    assert {"default", "emails"} <= names
+    by_type = client.submit("notify", {"n": 1})
+    told = client.submit("noop", {}, queue="emails")
+    plain = client.submit("noop", {})
+    for job, queue in ((by_type, "emails"), (told, "emails"), (plain, "default")):
+        done = wait_status(client, job["id"], {"succeeded"}, timeout=60)
+        assert done["queue"] == queue
+    listed = {q["name"]: q for q in client.http.get("/queues").json()["queues"]}
+    assert listed["emails"]["finished_per_second"] > 0  # two of the last five minutes' jobs
+
+
+def test_an_unknown_queue_is_refused_at_every_door_and_nothing_is_written(client, db):
+    name = f"nosuch-{uuid.uuid4().hex[:8]}"
+    before = db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"]
+    with pytest.raises(ApiError) as single:
+        client.submit("noop", {}, queue=name)
+    assert single.value.status == 422 and single.value.problem["queue"] == name
+    assert "leasework queues create" in single.value.problem["detail"]
+    with pytest.raises(ApiError) as batch:
+        client.submit_many([{"type": "noop"}, {"type": "noop", "queue": name}])
+    assert batch.value.status == 422 and "whole batch" in batch.value.problem["detail"]
+    with psycopg.connect(DIRECT_DSN) as conn, pytest.raises(psycopg.DataError, match=name):
+        enqueue.enqueue(conn, "noop", {}, queue=name)
+    with pytest.raises(ApiError) as invalid:
+        client.submit("noop", {}, queue="Not A Queue")
+    assert invalid.value.status == 422 and "lower-case" in str(invalid.value.problem)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == before
+
+
+def leasework(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "leasework", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "LEASEWORK_POSTGRES_DSN": DIRECT_DSN,
+            "LEASEWORK_KAFKA_BROKERS": BROKERS,
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+
+
+def test_the_cli_creates_a_queue_once_and_lists_every_queue(db):
+    name = f"scratch-{uuid.uuid4().hex[:8]}"
+    try:
+        made = leasework("queues", "create", name)
+        assert made.returncode == 0 and "created" in made.stdout, made.stderr
+        assert f"jobs.ready.{name}" in topics()
+        again = leasework("queues", "create", name)
+        assert again.returncode == 0 and "exists already" in again.stdout
+        listed = leasework("queues", "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = {q["name"]: q for q in json.loads(listed.stdout)}
+        assert {"default", "emails", name} <= rows.keys()
+        assert rows[name]["waiting"] == 0 and rows[name]["running"] == 0
+        table = leasework("queues")
+        assert "oldest waiting" in table.stdout and name in table.stdout
+        bad = leasework("queues", "create", "Bad Name")
+        assert bad.returncode == 1 and "lower-case" in bad.stderr
+    finally:
+        db.execute("DELETE FROM queues WHERE name = %s", (name,))
+        AdminClient({"bootstrap.servers": BROKERS}).delete_topics([f"jobs.ready.{name}"])
