@@ -64,7 +64,7 @@ RETURNS TABLE (
            r.req->>'ordering_key',
            r.req->>'idempotency_key',
            CASE WHEN r.req ? 'idempotency_key' AND r.req->>'idempotency_key' IS NOT NULL THEN
-               encode(sha256(convert_to(jsonb_build_object(
+               encode(sha256(convert_to((jsonb_build_object(
                    'type', r.req->>'type',
                    'payload', coalesce(r.req->'payload', '{}'::jsonb),
                    'run_at', extract(epoch FROM (r.req->>'run_at')::timestamptz),

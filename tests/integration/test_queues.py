@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from leasework import enqueue
+from leasework.enqueue import enqueue
 from leasework.client import ApiError
 from tests.integration.conftest import DIRECT_DSN, wait_status
 
@@ -52,7 +52,7 @@ def test_an_unknown_queue_is_refused_at_every_door_and_nothing_is_written(client
         client.submit_many([{"type": "noop"}, {"type": "noop", "queue": name}])
     assert batch.value.status == 422 and "whole batch" in batch.value.problem["detail"]
     with psycopg.connect(DIRECT_DSN) as conn, pytest.raises(psycopg.DataError, match=name):
-        enqueue.enqueue(conn, "noop", {}, queue=name)
+        enqueue(conn, "noop", {}, queue=name)
     with pytest.raises(ApiError) as invalid:
         client.submit("noop", {}, queue="Not A Queue")
     assert invalid.value.status == 422 and "lower-case" in str(invalid.value.problem)
