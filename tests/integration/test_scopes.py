@@ -41,6 +41,7 @@ API_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
     ("/jobs/{job_id}", "get"): (f"/jobs/{MISSING}", None),
     ("/job-types", "get"): ("/job-types", None),
     ("/workers", "get"): ("/workers", None),
+    ("/queues", "get"): ("/queues", None),
     ("/jobs/{job_id}/cancel", "post"): (f"/jobs/{MISSING}/cancel", None),
     ("/jobs/{job_id}/retry", "post"): (f"/jobs/{MISSING}/retry", None),
     ("/jobs/retry", "post"): ("/jobs/retry", {"type": "no-such-type", "limit": 1}),
