@@ -109,6 +109,13 @@ def summary(output: str) -> list[str]:
     return keep + tail
 
 
+def app_queues(spec: str) -> list[str]:
+    """The queues the app's types name (their submit schemas offer them)."""
+    from leasework.app import load_app
+
+    return sorted({t.queue for t in load_app(spec, "LEASEWORK_APP") if t.queue is not None})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="conformance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-examples", type=int, default=50)
@@ -139,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             env,
             log,
         )
+        for queue in app_queues(env["LEASEWORK_APP"]):  # what the workers would have made
+            leasework(["queues", "create", queue], env, log)
         api = subprocess.Popen(
             [sys.executable, "-m", "leasework", "api"],
             env=env,
