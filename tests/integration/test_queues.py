@@ -15,8 +15,8 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from leasework.enqueue import enqueue
 from leasework.client import ApiError
+from leasework.enqueue import enqueue
 from tests.integration.conftest import DIRECT_DSN, wait_status
 
 BROKERS = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
