@@ -86,6 +86,7 @@ SETTING_VARIABLES = (
     "INTERNAL_ADDR",
     "CONSUMER_GROUP",
     "QUEUES",
+    "WORKER_WAKEUPS",
     "APP",
     "DOCTOR_ALLOW",
 )
@@ -191,6 +192,9 @@ class Settings:
     consumer_group: str = "leasework-workers"
     # the queues a worker serves (None: default and every queue its app's types name)
     queues: tuple[str, ...] | None = None
+    # a worker whose queue is quiet claims a lone job when Postgres says it is ready, before
+    # Kafka delivers it (leasework.worker.wakeup); off: Kafka alone wakes workers
+    worker_wakeups: bool = True
     # relay
     relay_batch_size: int = 1000
     relay_tick: float = 0.5
@@ -340,6 +344,8 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
             values["queues"] = parse_queues(served)
         except ValueError as exc:
             raise ConfigError(f"LEASEWORK_QUEUES: {exc}") from None
+    if (wakeups := get("WORKER_WAKEUPS")) is not None:
+        values["worker_wakeups"] = parse_bool("LEASEWORK_WORKER_WAKEUPS", wakeups)
     if role in APP_ROLES:
         values["app"] = _app(role, get("APP"))
     if (allow := get("DOCTOR_ALLOW")) is not None:

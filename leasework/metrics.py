@@ -119,6 +119,13 @@ fence_reseeds = Counter(
 lease_conflicts = Counter(
     "leasework_lease_conflicts", "Claims refused because another worker holds the lease"
 )
+wakeups = Counter(
+    "leasework_worker_wakeups",
+    "Jobs a Postgres wake-up named that this worker, its queue quiet, claimed at once, by "
+    "result (started; lost: another worker or the Kafka delivery had it; error: Kafka "
+    "delivers it) or skipped (busy: the queue had jobs in flight)",
+    ["result"],
+)
 jobs_deferred = Counter(
     "leasework_jobs_deferred",
     "Jobs put back for later because this worker's app does not define their type",

@@ -28,6 +28,7 @@ from leasework import metrics, store
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
+from leasework.listen import Listener
 from leasework.pacing import Pacer
 from leasework.relay.placement import PER_PARTITION, place
 from leasework.relay.service import MAX_BACKOFF, Backoff, Pass, Setback, run_passes
@@ -138,7 +139,7 @@ class OutboxRelay:
         return done
 
     async def run(self) -> None:
-        listener = NotificationListener(self.db)
+        listener = Listener(self.db, NOTIFY_CHANNEL)
 
         async def until_rows_arrive() -> None:
             if await listener.wait(self.config.tick):
@@ -152,39 +153,3 @@ class OutboxRelay:
             idle=until_rows_arrive,
             expected=(psycopg.Error, KafkaException),
         )
-
-
-class NotificationListener:
-    """Waits for NOTIFY on the outbox channel, at most ``timeout`` seconds (the fallback tick).
-
-    The listening connection lives in a worker thread; losing it only costs immediacy: the
-    tick still finds the rows, and the connection is made again on the next wait.
-    """
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.conn: psycopg.Connection | None = None
-        self.limiter = trio.CapacityLimiter(1)
-
-    def _wait(self, timeout: float) -> bool:
-        try:
-            if self.conn is None or self.conn.closed:
-                self.conn = self.db.connect(autocommit=True)
-                self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            notified = any(True for _ in self.conn.notifies(timeout=timeout, stop_after=1))
-            if notified:
-                # drain whatever else has arrived already: one pass handles them all (a
-                # deadline of zero reads what is buffered and stops)
-                for _ in self.conn.notifies(timeout=0.0):
-                    pass
-            return notified
-        except psycopg.Error:
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
-            time.sleep(timeout)
-            return False
-
-    async def wait(self, at_most: float) -> bool:
-        """Whether a NOTIFY came within ``at_most`` seconds."""
-        return await trio.to_thread.run_sync(self._wait, at_most, limiter=self.limiter)

@@ -126,6 +126,27 @@ class Claimer:
             await self.refused(refused, outcome)
         return outcome
 
+    async def claim_woken(self, job_ids: list[uuid.UUID]) -> ClaimResult:
+        """Claim jobs a wake-up named (:mod:`leasework.worker.wakeup`), of types this app
+        defines: straight to the leases, without reading the rows first (the stamp's own
+        condition, still ``queued``, decides). A lease another worker holds is not waited
+        for: that worker, woken too, or the Kafka delivery has the job. Redis and Postgres
+        errors propagate."""
+        outcome = ClaimResult()
+        claimed_at = trio.current_time()
+        claims = await self.leases.claim_many(job_ids, self.name, self.ttl)
+        won = {c.job_id: c for c in claims if c is not None}
+        stamp = functools.partial(store.jobs_start_many, worker=self.name, ttl=self.ttl)
+        started = {
+            j.id: j for j in await self.db.run(stamp, [(c.job_id, c.fence) for c in won.values()])
+        }
+        for job_id, job in started.items():
+            outcome.started.append(Started(job, won[job_id], claimed_at))
+        refused = [c for job_id, c in won.items() if job_id not in started]
+        if refused:
+            await self.refused(refused, outcome)
+        return outcome
+
     async def refused(self, refused: list[Claim], outcome: ClaimResult) -> None:
         """Leases won in Redis whose stamp Postgres refused: the job stopped being ``queued``
         meanwhile (skip it), or Redis handed out a fence not above the stored one (its
@@ -232,16 +253,53 @@ class ClaimStage:
     offsets: Offsets
     slots: Slots
     stopping: Stopping
-    started: trio.MemorySendChannel[tuple[Consumed, Started]]
+    started: trio.MemorySendChannel[tuple[Consumed | None, Started]]
     _: KW_ONLY
     ttl: float
+    _claims: trio.Nursery | None = field(default=None, init=False)
 
     async def run(self, batches: trio.MemoryReceiveChannel[list[Consumed]]) -> None:
         """Claim each batch in a task of its own (several batches may be claimed at once),
         until ``batches`` is closed and its claims decided; then close ``started``."""
         async with self.started, trio.open_nursery() as nursery:
-            async for batch in batches:
-                nursery.start_soon(self.claim_batch, batch, nursery)
+            self._claims = nursery
+            try:
+                async for batch in batches:
+                    nursery.start_soon(self.claim_batch, batch, nursery)
+            finally:
+                self._claims = None
+
+    def wake(self, job_id: uuid.UUID) -> bool:
+        """Claim a job a Postgres wake-up named (:mod:`leasework.worker.wakeup`) at once, if
+        this queue is quiet (nothing in flight) and the worker is not stopping; the job holds
+        a lent slot (:meth:`Slots.lend`). Returns whether a claim was begun; otherwise, and
+        whenever the claim does not start the job, its Kafka message delivers it."""
+        if self._claims is None or self.stopping.is_set() or not self.slots.quiet():
+            return False
+        self.slots.lend()
+        self._claims.start_soon(self.claim_woken, job_id)
+        return True
+
+    async def claim_woken(self, job_id: uuid.UUID) -> None:
+        handed_on = False
+        try:
+            claimed = await self.claimer.claim_woken([job_id])
+            for started in claimed.started:
+                self.started.send_nowait((None, started))
+                handed_on = True
+            metrics.wakeups.labels("started" if handed_on else "lost").inc()
+        except Exception as exc:  # nothing lost: the job's Kafka message still delivers it
+            metrics.wakeups.labels("error").inc()
+            if isinstance(exc, redis.RedisError | psycopg.Error):
+                log.info(
+                    "cannot claim a woken job now; Kafka delivers it",
+                    extra={"error": str(exc)[:200]},
+                )
+            else:
+                log.exception("claiming a woken job failed unexpectedly; Kafka delivers it")
+        finally:
+            if not handed_on:
+                self.slots.give_back_lent()
 
     def settle(self, message: Consumed) -> None:
         """Nothing to do for the message: mark it finished and give back its slot."""

@@ -136,6 +136,7 @@ async def consume(
     async with batches:
         while not stopping.is_set():
             free = await slots.take(MAX_POLL)
+            slots.polling = free
             try:
                 messages = await trio.to_thread.run_sync(
                     receive, consumer, free, pacer, limiter=limiter
@@ -143,18 +144,22 @@ async def consume(
             except BaseException:
                 slots.release(free)
                 raise
+            finally:
+                slots.polling = 0
             batch = arrived(messages, offsets)
             slots.release(free - len(batch))
             if batch:
                 batches.send_nowait(batch)
 
 
-def unexpected(message: Consumed) -> None:
+def unexpected(message: Consumed | None) -> None:
     """A bug in this process, not the job's outcome (call it from an ``except``): count it
-    and leave the message unfinished, so that its offset is not committed."""
+    and leave the message unfinished, so that its offset is not committed (None: a job a
+    wake-up started, which has no message here)."""
     metrics.worker_errors.inc()
+    where = {} if message is None else {"partition": message.partition, "offset": message.offset}
     log.exception(
         "unexpected error handling a message; left uncommitted for redelivery (a claimed "
         "job comes back through the reaper)",
-        extra={"partition": message.partition, "offset": message.offset},
+        extra=where,
     )

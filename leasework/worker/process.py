@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from datetime import UTC, datetime
 
 import trio
@@ -58,6 +59,7 @@ from leasework.worker.consumer import Consumed, consume, consumer_config, unexpe
 from leasework.worker.heartbeat import CancelReason, Heartbeat, Presence, presence_loop
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
+from leasework.worker.wakeup import listen
 
 GRACEFUL_FRACTION = 0.75  # of shutdown_timeout, that running jobs get to finish
 
@@ -117,6 +119,7 @@ class Worker:
         # each queue's own slots: a queue runs up to worker_concurrency jobs, and a flooded
         # or idle queue never holds another's (an idle consumer's poll holds its free slots)
         self.slots_of = {q: Slots(settings.worker_concurrency) for q in self.queues}
+        self.claim_stages: dict[str, ClaimStage] = {}  # each queue's, while its pipeline runs
 
     async def ensure_queues(self) -> None:
         """Create the queues this worker serves that do not exist yet (topic, then row),
@@ -201,6 +204,11 @@ class Worker:
             background.start_soon(
                 presence_loop, self.db, presence, lambda: len(self.executor.running)
             )
+            if self.settings.worker_wakeups:
+                queue_of_topic = {ready_topic(self.settings.topic_ready, q): q for q in self.queues}
+                background.start_soon(
+                    listen, self.db, queue_of_topic, self.app, self.wake, stopping
+                )
             async with trio.open_nursery() as pipelines:
                 for queue, (consumer, offsets) in zip(self.queues, feeds, strict=True):
                     pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue)
@@ -218,10 +226,13 @@ class Worker:
         every queue: the graceful time and the cancels are the worker's)."""
         slots = self.slots_of[queue]
         batches_in, batches_out = trio.open_memory_channel[list[Consumed]](math.inf)
-        started_in, started_out = trio.open_memory_channel[tuple[Consumed, Started]](math.inf)
+        started_in, started_out = trio.open_memory_channel[tuple[Consumed | None, Started]](
+            math.inf
+        )
         claim = ClaimStage(
             self.claimer, offsets, slots, stopping, started_in, ttl=self.settings.lease_ttl
         )
+        self.claim_stages[queue] = claim
         async with trio.open_nursery() as stages:
             stages.start_soon(claim.run, batches_out)
             stages.start_soon(self.run_jobs, started_out, offsets, slots)
@@ -231,7 +242,7 @@ class Worker:
 
     async def run_jobs(
         self,
-        started: trio.MemoryReceiveChannel[tuple[Consumed, Started]],
+        started: trio.MemoryReceiveChannel[tuple[Consumed | None, Started]],
         offsets: Offsets,
         slots: Slots,
     ) -> None:
@@ -241,19 +252,30 @@ class Worker:
                 jobs.start_soon(self.run_job, message, job, offsets, slots)
 
     async def run_job(
-        self, message: Consumed, started: Started, offsets: Offsets, slots: Slots
+        self, message: Consumed | None, started: Started, offsets: Offsets, slots: Slots
     ) -> None:
         """execute → complete → offsets for one job; its slot is given back at the end. The
-        message is marked finished only once the outcome is durable."""
+        message is marked finished only once the outcome is durable (a job a wake-up started
+        has none: its Kafka message is settled when it arrives, finding the job running or
+        finished)."""
         try:
             completion = await self.executor.execute(started)
             finished = await self.completer.complete(completion, started.claim)
             record(started.job, completion.outcome, finished)
-            offsets.finish(message.partition, message.offset)
+            if message is not None:
+                offsets.finish(message.partition, message.offset)
         except Exception:  # a bug in this process, not the job's outcome: keep the worker
             unexpected(message)
         finally:
-            slots.release()
+            if message is None:
+                slots.give_back_lent()
+            else:
+                slots.release()
+
+    def wake(self, queue: str, job_id: uuid.UUID) -> bool:
+        """A wake-up for ``queue``'s job: claimed at once if the queue is quiet."""
+        stage = self.claim_stages.get(queue)
+        return stage is not None and stage.wake(job_id)
 
     async def idle(self) -> None:
         """Until every queue's slots are all back."""

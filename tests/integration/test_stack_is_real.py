@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from tests.integration.conftest import readyz, wait_for, wait_status
@@ -50,15 +52,42 @@ def test_worker_readyz_flips_when_redis_stops_and_back_when_it_returns(stack):
 def test_job_submitted_while_relay_is_down_is_delivered_once_it_starts(stack, client, db):
     stack.stop("relay")
     try:
-        job = client.submit("noop", {"relay": "down"})
+        # an ordering key: no worker is woken by Postgres for it (its order is Kafka's), so
+        # only the relay's publish can deliver it
+        job = client.submit("noop", {"relay": "down"}, ordering_key="relay-down")
         # the API accepts while the relay is down; the job waits in the outbox (a row leaves
         # it only once Kafka acknowledged it)
         row = db.execute("SELECT id FROM outbox WHERE job_id = %s", (job["id"],)).fetchone()
         assert row is not None
+        time.sleep(1.0)  # what a wake-up would have started by now (it takes milliseconds)
         assert client.get(job["id"])["status"] == "queued"
     finally:
         stack.start("relay")
     wait_status(client, job["id"], {"succeeded"}, timeout=60)
+
+
+def test_a_lone_job_is_started_by_its_wakeup_and_its_kafka_message_settled(stack, client, db):
+    """An idle worker claims a lone job when Postgres says it is ready (the relay is down,
+    so Kafka cannot have delivered it); once the relay publishes it, its message finds the
+    job finished and is settled: one attempt, the outbox row retired."""
+    stack.stop("relay")
+    try:
+        job = client.submit("noop", {"wakeup": "relay down"})
+        done = wait_status(client, job["id"], {"succeeded"}, timeout=30)
+        assert done["attempt"] == 1
+        row = db.execute("SELECT id FROM outbox WHERE job_id = %s", (job["id"],)).fetchone()
+        assert row is not None, "the relay is down: its outbox row cannot have been published"
+    finally:
+        stack.start("relay")
+    wait_for(
+        lambda: not db.execute("SELECT 1 FROM outbox WHERE job_id = %s", (job["id"],)).fetchone(),
+        60,
+        "the relay to publish the job's outbox row",
+    )
+    time.sleep(2.0)  # its Kafka message is delivered in milliseconds, and must change nothing
+    attempts = db.execute("SELECT outcome FROM attempts WHERE job_id = %s", (job["id"],)).fetchall()
+    assert [a["outcome"] for a in attempts] == ["succeeded"]
+    assert client.get(job["id"])["attempt"] == 1
 
 
 def test_delivery_goes_on_while_one_kafka_broker_is_killed(stack, client):

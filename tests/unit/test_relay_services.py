@@ -354,11 +354,11 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
         0.1,
     ]  # seconds into each wait a NOTIFY comes (the stop lands in the third)
 
-    async def notified(self, at_most: float) -> bool:
+    async def notified(self, at_most: float) -> list[str]:
         await trio.sleep(notifies.pop(0))
-        return True
+        return [""]
 
-    monkeypatch.setattr(outbox.NotificationListener, "wait", notified)
+    monkeypatch.setattr(outbox.Listener, "wait", notified)
     config = OutboxConfig(batch=2, tick=0.5)
     with trio.fail_after(60), stop:
         await OutboxRelay(Watched(), kafka, config, {}).run()  # type: ignore[arg-type]

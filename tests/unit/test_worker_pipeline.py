@@ -67,6 +67,10 @@ class Claimer:
                 result.skipped[job_id] = Skip.NOT_QUEUED
         return result
 
+    async def claim_woken(self, job_ids: list[uuid.UUID]) -> ClaimResult:
+        self.woken = [*getattr(self, "woken", []), *job_ids]
+        return await self.claim(job_ids)
+
 
 class Completer:
     """Writes each completion once ``gate`` is set; raises for the jobs in ``broken``."""
@@ -182,3 +186,29 @@ async def test_a_bug_while_handling_a_job_leaves_its_message_unfinished_and_the_
             stopping.set("test")
     assert offsets.tracker.positions() == {0: 1}  # never past the broken job's message
     assert worker.slots_of["default"].held == 0  # its slot was given back all the same
+
+
+async def test_a_wakeup_starts_a_job_only_while_its_queue_is_quiet_and_holds_no_offset():
+    woken, busy = uuid.uuid4(), uuid.uuid4()
+    worker = worker_with({woken: ("noop", {}), busy: ("noop", {})})
+    completer = worker.completer
+    completer.gate = trio.Event()  # type: ignore[attr-defined]
+    kafka = Kafka([])
+    offsets, stopping = Offsets(kafka, "jobs.ready"), Stopping()  # type: ignore[arg-type]
+    slots = worker.slots_of["default"]
+    with trio.fail_after(10):  # a hang is a failure
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.pipeline, kafka, offsets, stopping)
+            await wait_until(lambda: "default" in worker.claim_stages)
+            assert not worker.wake("emails", woken)  # a queue this worker does not serve
+            assert worker.wake("default", woken)
+            await wait_until(lambda: completer.waiting == 1)  # type: ignore[attr-defined]
+            assert not worker.wake("default", busy)  # one in flight: Kafka delivers it
+            assert slots.lent == 1
+            completer.gate.set()  # type: ignore[attr-defined]
+            await wait_until(lambda: slots.lent == 0)
+            stopping.set("test")
+            assert not worker.wake("default", busy)  # stopping
+    assert worker.claimer.woken == [woken]  # type: ignore[attr-defined]
+    assert [c.job_id for c in completer.written] == [woken]  # type: ignore[attr-defined]
+    assert offsets.tracker.positions() == {} and slots.held == 0

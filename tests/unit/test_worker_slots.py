@@ -46,3 +46,23 @@ async def test_idle_returns_once_every_slot_is_back(autojump_clock):
             await slots.idle()
             assert trio.current_time() - begin == 2  # not at the first release
     assert slots.held == 0 and await slots.take(500) == 4
+
+
+async def test_a_lent_slot_is_beyond_the_capacity_and_only_a_waiting_poll_is_quiet(
+    autojump_clock,
+):
+    slots = Slots(2)
+    assert slots.quiet()  # nothing held
+    slots.polling = await slots.take(500)  # the consumer's poll waits with both
+    assert slots.quiet()
+    slots.lend()  # a woken job, while the poll still holds both
+    assert slots.held == 3 and not slots.quiet()
+    slots.polling = 0
+    slots.release(2)  # the poll came back empty
+    assert not slots.quiet()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slots.idle)
+            await trio.sleep(1)
+            slots.give_back_lent()  # the woken job ended: idle
+    assert slots.held == 0 and slots.lent == 0 and slots.quiet()

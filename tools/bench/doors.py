@@ -290,12 +290,15 @@ def lone(url: str, dsn: str, tag: str, jobs: int, gap: float = 0.3) -> Submitted
 class LoneTimes:
     """Seconds from each lone job's ``created_at`` (the submitting transaction's time) to its
     start and finish; and where the ``jobs.ready`` message's timestamp is known, from the
-    insert to the publish and from the publish to the start."""
+    insert to the publish and, for the jobs Kafka delivered, from the publish to the start.
+    ``woken`` counts the jobs that started before their message was published: a worker
+    claimed them on their Postgres wake-up (:mod:`leasework.worker.wakeup`)."""
 
     insert_to_start: list[float]
     insert_to_finish: list[float]
     insert_to_publish: list[float]
     publish_to_start: list[float]
+    woken: int = 0
 
 
 def lone_timings(
@@ -314,7 +317,8 @@ def lone_timings(
         [started - created for _, created, started, _ in rows],
         [finished - created for _, created, _, finished in rows],
         [at - r[1] for r, at in seen],
-        [r[2] - at for r, at in seen],
+        [r[2] - at for r, at in seen if r[2] >= at],
+        sum(1 for r, at in seen if r[2] < at),
     )
 
 

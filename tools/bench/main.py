@@ -353,6 +353,7 @@ class Bench:
             "insert_to_finish": report.delay_summary(times.insert_to_finish),
             "insert_to_publish": report.delay_summary(times.insert_to_publish),
             "publish_to_start": report.delay_summary(times.publish_to_start),
+            "started_before_publish": times.woken,
         }
         self.drop_jobs()
         self.quiet()
@@ -440,7 +441,9 @@ class Bench:
     def pgbench(self) -> dict[str, Any]:
         tag = f"{self.run_id}-pgbench"
         log(f"pgbench: {self.cfg.pgbench_clients} clients, {self.cfg.pgbench_seconds} s")
-        self.stack.stop("relay")  # its jobs must not be published; restore() restarts it
+        # its jobs must be neither published nor woken (a worker claims a lone job when
+        # Postgres says it is ready): the relay and the workers stop; restore() restarts them
+        self.stack.stop_many([name for name in APPS if name != "api"])
         self.links = None
         machine = procfs.machine_ticks()
         try:

@@ -208,7 +208,7 @@ def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
         (name, lone[key])
         for name, key in (
             ("insert to publish (relay)", "insert_to_publish"),
-            ("publish to start (Kafka, claim)", "publish_to_start"),
+            ("publish to start (Kafka, claim; jobs Kafka delivered)", "publish_to_start"),
         )
         if lone.get(key)
     ]
@@ -219,7 +219,9 @@ def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
         f"finished and the pipeline had been idle for a while ({lone['door']}); from the job's "
         "`created_at` (the submitting transaction) to its `started_at` and `finished_at`; "
         "publish is its `jobs.ready` message's timestamp (set by the relay's producer, "
-        "millisecond resolution):",
+        "millisecond resolution). "
+        f"{lone.get('started_before_publish', 0)} of them started before their message was "
+        "published: a worker claimed them on their Postgres wake-up:",
         "",
         *table(
             ["", "p50 ms", "p90 ms", "p99 ms", "max ms"],
@@ -361,6 +363,7 @@ def lone_figures(lone: Mapping[str, Any] | None) -> dict[str, float | None]:
         "insert to start p99 ms": start.get("p99_ms"),
         "insert to finish p50 ms": finish.get("p50_ms"),
         "insert to publish p50 ms": publish.get("p50_ms"),
+        "jobs started before their publish": (lone or {}).get("started_before_publish"),
     }
 
 

@@ -1,0 +1,103 @@
+"""The idle fast path: a lone job woken by Postgres, claimed before Kafka delivers it.
+
+Kafka's ``acks=all`` costs a lone job most of its time to start on a small machine (the
+leader waits for both followers' fetches before the message is acknowledged or readable:
+5-9 ms here, twice the relay's own share). So the outbox trigger (migration 0012) also
+sends ``NOTIFY leasework_ready`` at the inserting transaction's commit, naming the jobs of a
+small statement: ``[[topic, job id, type], ...]``. :func:`listen` hears it on a dedicated
+connection, and a queue of this worker with nothing in flight claims the job at once
+(:meth:`leasework.worker.claim.ClaimStage.wake`), under the same fenced lease and stamp as a
+Kafka delivery. Nothing else changes: the relay still publishes the job, and its message,
+finding the job running or finished, is settled like any second delivery. A wake-up that is
+lost, ignored (the queue is busy, or another worker won the lease) or fails only leaves the
+job to Kafka, so it costs latency, never a job; a worker that dies after such a claim is the
+worker loop's "dies during the handler" row (the reaper).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass
+
+import trio
+
+from leasework import metrics
+from leasework.db import Database
+from leasework.listen import Listener
+from leasework.service import Stopping
+
+log = logging.getLogger("leasework.worker.wakeup")
+
+CHANNEL = "leasework_ready"
+WAIT = 0.5  # seconds a listen waits before it looks at ``stopping`` again
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """A job made ready by a committed insert: its queue's topic, its id, its type."""
+
+    topic: str
+    job_id: uuid.UUID
+    type: str
+
+
+def parse(payload: str) -> list[Wakeup]:
+    """The wake-ups of one NOTIFY payload; what is not ``[topic, job id, type]`` is left out
+    (Kafka delivers the job anyway)."""
+    try:
+        items = json.loads(payload)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(items, list):
+        return []
+    woken = []
+    for item in items:
+        if not (isinstance(item, list) and len(item) == 3):
+            continue
+        topic, job_id, job_type = item
+        if not (isinstance(topic, str) and isinstance(job_id, str) and isinstance(job_type, str)):
+            continue
+        try:
+            woken.append(Wakeup(topic, uuid.UUID(job_id), job_type))
+        except ValueError:
+            continue
+    return woken
+
+
+def addressed(
+    payloads: Iterable[str], queue_of_topic: Mapping[str, str], types: Container[str]
+) -> list[tuple[str, uuid.UUID]]:
+    """(queue, job id) of each wake-up this worker can act on: a topic of a queue it serves,
+    a type its app defines (a job of another type is a newer worker's, not to be deferred),
+    each job once."""
+    seen: dict[uuid.UUID, str] = {}
+    for payload in payloads:
+        for woken in parse(payload):
+            queue = queue_of_topic.get(woken.topic)
+            if queue is not None and woken.type in types and woken.job_id not in seen:
+                seen[woken.job_id] = queue
+    return [(queue, job_id) for job_id, queue in seen.items()]
+
+
+async def listen(
+    db: Database,
+    queue_of_topic: Mapping[str, str],
+    types: Container[str],
+    wake: Callable[[str, uuid.UUID], bool],
+    stopping: Stopping,
+) -> None:
+    """Hear wake-ups until ``stopping``; ``wake(queue, job_id)`` claims one if its queue is
+    quiet and says whether it did."""
+    listener = Listener(db, CHANNEL)
+    try:
+        while not stopping.is_set():
+            payloads = await listener.wait(WAIT)
+            for queue, job_id in addressed(payloads, queue_of_topic, types):
+                if not wake(queue, job_id):
+                    metrics.wakeups.labels("busy").inc()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(listener.close, limiter=listener.limiter)
