@@ -58,7 +58,7 @@ LABEL_DOMAINS = {
     # how a schedule's tick came to fire (schedule_ticks.source)
     "source": {"cron", "catch_up", "trigger", "backfill"},
     "dependency": {"postgres", "redis", "kafka"},
-    "result": {"ok", "lost", "error"},
+    "result": {"ok", "lost", "error"} | {"started", "busy"},  # and a worker's wake-ups
     "kind": {str(k) for k in Kind},  # the auditor's invariants
 }
 SAMPLE_LABELS = {"le", "quantile"}  # histogram buckets: a fixed set per metric

@@ -199,9 +199,8 @@ async def test_a_wakeup_starts_a_job_only_while_its_queue_is_quiet_and_holds_no_
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker.pipeline, kafka, offsets, stopping)
-            await wait_until(lambda: "default" in worker.claim_stages)
             assert not worker.wake("emails", woken)  # a queue this worker does not serve
-            assert worker.wake("default", woken)
+            await wait_until(lambda: worker.wake("default", woken))  # once its stage runs
             await wait_until(lambda: completer.waiting == 1)  # type: ignore[attr-defined]
             assert not worker.wake("default", busy)  # one in flight: Kafka delivers it
             assert slots.lent == 1
