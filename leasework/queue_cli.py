@@ -1,9 +1,12 @@
-"""``leasework queues``: list the queues with their depth, running jobs, oldest waiting job
-and throughput; ``leasework queues create NAME`` makes one (its Kafka topic, then its row)."""
+"""``leasework queues``: list the queues with their depth, running jobs, oldest waiting job,
+throughput and pause; ``leasework queues create NAME`` makes one (its Kafka topic, then its
+row); ``pause NAME`` and ``resume NAME`` stop and restart it on every worker (audited, as
+the operating-system user, via ``cli``)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 
@@ -11,17 +14,20 @@ import psycopg
 from confluent_kafka import KafkaException
 
 from leasework import config
-from leasework.queue_ops import QueueError, QueueState, ensure_queues, queues_list
+from leasework.operations import Actor
+from leasework.queue_ops import QueueError, QueueState, ensure_queues, queues_list, set_paused
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "queues",
-        help="list the queues (waiting, running, oldest waiting, throughput); "
-        "`queues create NAME` makes one",
+        help="list the queues (waiting, running, oldest waiting, throughput, paused); "
+        "`queues create|pause|resume NAME`",
     )
-    p.add_argument("action", nargs="?", choices=("list", "create"), default="list")
-    p.add_argument("name", nargs="?", help="the queue to create")
+    p.add_argument(
+        "action", nargs="?", choices=("list", "create", "pause", "resume"), default="list"
+    )
+    p.add_argument("name", nargs="?", help="the queue to create, pause or resume")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
 
 
@@ -33,18 +39,21 @@ def _age(seconds: float | None) -> str:
 
 def table(states: list[QueueState]) -> str:
     """The list as the CLI prints it."""
-    lines = [f"{'queue':<24} {'waiting':>8} {'running':>8} {'oldest waiting':>15} {'jobs/s':>8}"]
+    lines = [
+        f"{'queue':<24} {'waiting':>8} {'running':>8} {'oldest waiting':>15} {'jobs/s':>8}  state"
+    ]
     for s in states:
+        state = "active" if s.paused_at is None else f"paused by {s.paused_by}, {s.held} held"
         lines.append(
             f"{s.name:<24} {s.waiting:>8} {s.running:>8} "
-            f"{_age(s.oldest_waiting_seconds):>15} {s.throughput:>8.2f}"
+            f"{_age(s.oldest_waiting_seconds):>15} {s.throughput:>8.2f}  {state}"
         )
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.action == "create" and not args.name:
-        print("leasework queues create: name the queue, e.g. emails", file=sys.stderr)
+    if args.action != "list" and not args.name:
+        print(f"leasework queues {args.action}: name the queue, e.g. emails", file=sys.stderr)
         return 2
     try:
         settings = config.load("cli")
@@ -65,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(f"queue {args.name}: {'created' if made else 'exists already'}")
                 return 0
+            if args.action in ("pause", "resume"):
+                return toggle(conn, args.name, args.action == "pause")
             states = queues_list(conn)
     except (QueueError, KafkaException) as exc:
         print(f"leasework queues: {exc}", file=sys.stderr)
@@ -83,4 +94,30 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([s.to_dict() for s in states], indent=2))
     else:
         print(table(states))
+    return 0
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name: the audit says so
+        return "unknown-user"
+
+
+def toggle(conn: psycopg.Connection, name: str, paused: bool) -> int:
+    """``pause NAME`` / ``resume NAME``: 1 when there is no such queue."""
+    with conn.transaction():
+        done = set_paused(conn, name, paused, Actor(_user(), "cli"))
+    if done.queue is None:
+        print(
+            f"leasework queues: no queue is named {name!r}; `leasework queues` lists them",
+            file=sys.stderr,
+        )
+        return 1
+    if not done.changed:
+        print(f"queue {name}: {'paused' if paused else 'not paused'} already")
+    elif paused:
+        print(f"queue {name}: paused; no job of it starts until `leasework queues resume {name}`")
+    else:
+        print(f"queue {name}: resumed; {done.released} held job(s) due now")
     return 0

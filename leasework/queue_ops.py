@@ -21,8 +21,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from psycopg.rows import dict_row, tuple_row
 
 from leasework.kafka import Properties, client_config
-from leasework.queues import DEFAULT, name_error, ready_topic
+from leasework.operations import Actor
+from leasework.queues import DEFAULT, HELD_UNTIL, PAUSE_LOCK, name_error, ready_topic
 from leasework.states import TERMINAL, Status
+from leasework.store import operators
 
 
 class QueueError(Exception):
@@ -123,6 +125,11 @@ class QueueState:
     oldest_waiting_seconds: float | None
     finished_5m: int
     created_at: datetime
+    # paused (leasework.queue_ops.set_paused): since when, by whom, and the jobs a claim
+    # found in it, held until the resume
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    held: int = 0
 
     @property
     def throughput(self) -> float:
@@ -137,12 +144,17 @@ class QueueState:
             "oldest_waiting_seconds": self.oldest_waiting_seconds,
             "finished_per_second": round(self.throughput, 3),
             "created_at": self.created_at.isoformat(),
+            "paused": self.paused_at is not None,
+            "paused_at": None if self.paused_at is None else self.paused_at.isoformat(),
+            "paused_by": self.paused_by,
+            "held": self.held,
         }
 
 
-def queues_list(conn: psycopg.Connection) -> list[QueueState]:
-    """Every queue with its depth, running jobs, oldest waiting job and recent throughput
-    (through the status indexes: the unfinished jobs and the last five minutes' finishes)."""
+def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[QueueState]:
+    """Every queue (or the one called ``name``) with its depth, running jobs, oldest waiting
+    job, recent throughput and pause (through the status indexes: the unfinished jobs and
+    the last five minutes' finishes)."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
             """WITH live AS (
@@ -151,6 +163,8 @@ def queues_list(conn: psycopg.Connection) -> list[QueueState]:
                                        OR (status IN ('scheduled', 'failed')
                                            AND run_at <= now())) AS waiting,
                       count(*) FILTER (WHERE status = 'running') AS running,
+                      count(*) FILTER (WHERE status = 'scheduled'
+                                       AND run_at = %(held_until)s) AS held,
                       extract(epoch FROM now() - min(run_at) FILTER (
                           WHERE status = 'queued' OR (status IN ('scheduled', 'failed')
                                                       AND run_at <= now())))::float8 AS oldest
@@ -161,13 +175,18 @@ def queues_list(conn: psycopg.Connection) -> list[QueueState]:
                WHERE finished_at > now() - interval '5 minutes'
                  AND status = ANY(%(terminal)s::text[])
                GROUP BY queue)
-           SELECT q.name, q.created_at, coalesce(l.waiting, 0) AS waiting,
-                  coalesce(l.running, 0) AS running, l.oldest, coalesce(d.n, 0) AS finished
+           SELECT q.name, q.created_at, q.paused_at, q.paused_by,
+                  coalesce(l.waiting, 0) AS waiting, coalesce(l.running, 0) AS running,
+                  coalesce(l.held, 0) AS held, l.oldest, coalesce(d.n, 0) AS finished
            FROM queues q LEFT JOIN live l ON l.queue = q.name
-           LEFT JOIN done d ON d.queue = q.name ORDER BY q.name""",
+           LEFT JOIN done d ON d.queue = q.name
+           WHERE %(name)s::text IS NULL OR q.name = %(name)s
+           ORDER BY q.name""",
             {
                 "unfinished": [str(s) for s in sorted(set(Status) - TERMINAL)],
                 "terminal": [str(s) for s in sorted(TERMINAL)],
+                "name": name,
+                "held_until": HELD_UNTIL,
             },
         ).fetchall()
     return [
@@ -178,6 +197,73 @@ def queues_list(conn: psycopg.Connection) -> list[QueueState]:
             r["oldest"],
             int(r["finished"]),
             r["created_at"],
+            r["paused_at"],
+            r["paused_by"],
+            int(r["held"]),
         )
         for r in rows
     ]
+
+
+@dataclass(frozen=True)
+class QueueToggled:
+    """What a pause or resume found (None: no such queue) and whether it changed it."""
+
+    queue: QueueState | None
+    changed: bool
+    released: int = 0  # jobs a resume made due again (held while it was paused)
+
+
+def set_paused(conn: psycopg.Connection, name: str, paused: bool, actor: Actor) -> QueueToggled:
+    """Pause or resume queue ``name`` (in the caller's transaction, audited).
+
+    A pause holds :data:`PAUSE_LOCK` exclusively until it commits: every claim's stamp
+    holds it shared and reads the pause in a statement begun once it holds it, so no job of
+    the queue starts once the pause has committed. Workers stop fetching the queue's topic
+    within half a second; a job a claim found there meanwhile is held (``scheduled``, due
+    at :data:`leasework.queues.HELD_UNTIL`). A resume makes the held jobs due now; the
+    promoter queues them again."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        if paused:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", PAUSE_LOCK)
+        row = cur.execute(
+            "SELECT paused_at IS NOT NULL FROM queues WHERE name = %s FOR UPDATE", (name,)
+        ).fetchone()
+        if row is None:
+            return QueueToggled(None, False)
+        released = 0
+        if row[0] != paused:
+            # paused_at: once the lock is held, so every job that started before the pause
+            # started before it (a claim's started_at is its transaction's start)
+            (at,) = cur.execute(
+                "UPDATE queues SET paused_at = CASE WHEN %(p)s THEN clock_timestamp() END, "
+                "paused_by = CASE WHEN %(p)s THEN %(by)s END, "
+                "resumed_at = CASE WHEN %(p)s THEN resumed_at ELSE now() END "
+                "WHERE name = %(name)s RETURNING coalesce(paused_at, resumed_at)",
+                {"p": paused, "by": actor.name, "name": name},
+            ).fetchone()
+            if not paused:
+                released = cur.execute(
+                    "UPDATE jobs SET run_at = now(), updated_at = now() "
+                    "WHERE queue = %s AND status = 'scheduled' AND run_at = %s",
+                    (name, HELD_UNTIL),
+                ).rowcount
+            detail = (
+                {"via": actor.via, "paused_at": at.isoformat()}
+                if paused
+                else {"via": actor.via, "resumed_at": at.isoformat(), "released": released}
+            )
+            operators.audit_add(
+                conn,
+                actor.name,
+                "queue-pause" if paused else "queue-resume",
+                f"queue:{name}",
+                detail,
+            )
+    return QueueToggled(queues_list(conn, name)[0], row[0] != paused, released)
+
+
+def paused_queues(conn: psycopg.Connection) -> set[str]:
+    """The names of the paused queues (every worker reads it every half second)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused_at IS NOT NULL")}

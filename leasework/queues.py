@@ -12,6 +12,7 @@ row fails, saying how to create it.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 DEFAULT = "default"
 # a Kafka topic name's tail, kept short and lower-case (Postgres checks the same)
@@ -19,6 +20,12 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,47}$")
 NAME_RULE = (
     "1-48 characters of lower-case letters, digits, _ and -, starting with a letter or digit"
 )
+# the advisory lock a claim's stamp holds shared and a queue's pause exclusively (migration
+# 0013): no job starts once a pause has committed
+PAUSE_LOCK = (7305005, 0)
+# the run_at of a job held while its queue is paused: never due until the resume makes it due
+# now (a finite time: psycopg cannot read 'infinity' into a datetime)
+HELD_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def name_error(name: object) -> str | None:

@@ -134,8 +134,68 @@ QUEUE_SCHEMA = {
         },
         "finished_per_second": {"type": "number", "description": "over the last 5 minutes"},
         "created_at": {"type": "string", "format": "date-time"},
+        "paused": {"type": "boolean", "description": "no job of it starts until resumed"},
+        "paused_at": {"type": ["string", "null"], "format": "date-time"},
+        "paused_by": {"type": ["string", "null"], "description": "the token that paused it"},
+        "held": {
+            "type": "integer",
+            "description": "jobs a worker had fetched when it was paused, held until resumed",
+        },
     },
 }
+_QUEUE_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,47}$"},
+}
+
+
+def _toggle_queue(summary: str, changed: str) -> dict:
+    return {
+        "summary": summary,
+        "parameters": [_QUEUE_NAME],
+        "responses": {
+            "200": json_response(
+                {
+                    "allOf": [
+                        QUEUE_SCHEMA,
+                        {
+                            "type": "object",
+                            "required": ["changed"],
+                            "properties": {
+                                "changed": {"type": "boolean"},
+                                "released": {
+                                    "type": "integer",
+                                    "description": "held jobs a resume made due again",
+                                },
+                            },
+                        },
+                    ]
+                },
+                changed,
+            ),
+            "404": problem("No queue of that name (`GET /queues` lists them)"),
+        },
+    }
+
+
+def pause_queue() -> dict:
+    """POST ``/queues/{name}/pause``."""
+    return _toggle_queue(
+        "Pause a queue on every worker: no job of it starts once this answers (running ones "
+        "finish); its jobs wait, none is lost or spends an attempt",
+        "The queue; `changed` is false when it was paused already (not audited)",
+    )
+
+
+def resume_queue() -> dict:
+    """POST ``/queues/{name}/resume``."""
+    return _toggle_queue(
+        "Resume a paused queue: workers fetch it again within a second, and the jobs held "
+        "while it was paused are due at once",
+        "The queue; `changed` is false when it was not paused (not audited)",
+    )
 
 
 def list_queues() -> dict:

@@ -14,8 +14,8 @@ from psycopg.rows import tuple_row
 from leasework.api.problems import Problem
 from leasework.app import App
 from leasework.db import Database
-from leasework.queue_ops import queues_list
-from leasework.queues import DEFAULT
+from leasework.queue_ops import queues_list, set_paused
+from leasework.queues import DEFAULT, name_error
 from leasework.submission import JobRequest
 
 if TYPE_CHECKING:
@@ -68,3 +68,35 @@ async def list_queues(ctx: ApiContext) -> dict[str, Any]:
     throughput (:func:`leasework.queue_ops.queues_list`)."""
     states = await ctx.db.run(queues_list)
     return {"queues": [s.to_dict() for s in states]}
+
+
+def no_such_queue(name: str) -> Problem:
+    return Problem(
+        404,
+        "queue-not-found",
+        "Queue not found",
+        f"no queue is named {name[:120]!r}; GET /queues lists them (leasework queues create "
+        "NAME makes one)",
+    )
+
+
+async def _toggle(ctx: ApiContext, name: str, paused: bool) -> dict[str, Any]:
+    from leasework.api.context import caller  # (the context module imports this one)
+
+    if name_error(name) is not None:
+        raise no_such_queue(name)  # a name no queue can have
+    who = caller()
+    toggled = await ctx.db.run(lambda conn: set_paused(conn, name, paused, who))
+    if toggled.queue is None:
+        raise no_such_queue(name)
+    return {**toggled.queue.to_dict(), "changed": toggled.changed, "released": toggled.released}
+
+
+async def pause_queue(ctx: ApiContext, name: str) -> dict[str, Any]:
+    """``POST /queues/{name}/pause``: ``changed`` false when it was paused already."""
+    return await _toggle(ctx, name, True)
+
+
+async def resume_queue(ctx: ApiContext, name: str) -> dict[str, Any]:
+    """``POST /queues/{name}/resume``: its held jobs due at once."""
+    return await _toggle(ctx, name, False)

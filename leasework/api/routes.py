@@ -42,6 +42,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/job-types", jobs.job_types, "read", "job_types", openapi_jobs.job_types),
     Route("GET", "/queues", queues.list_queues, "read", "list_queues",
           openapi_operators.list_queues),
+    Route("POST", "/queues/{name}/pause", queues.pause_queue, "cancel", "pause_queue",
+          openapi_operators.pause_queue),
+    Route("POST", "/queues/{name}/resume", queues.resume_queue, "cancel", "resume_queue",
+          openapi_operators.resume_queue),
     # recurring schedules (leasework/api/schedules.py): reading them needs read; changing
     # them needs cancel, the scope of the operators' other changes (cancel, retry)
     Route("GET", "/schedules", schedules.list_schedules, "read", "list_schedules",

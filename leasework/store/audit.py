@@ -170,6 +170,10 @@ def waiting_violations(
              AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
              AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id
                              AND a.started_at > now() - make_interval(secs => %(bound)s))
+             -- a paused queue's jobs wait by design, and a resumed one's get the bound anew
+             AND NOT EXISTS (SELECT 1 FROM queues q WHERE q.name = j.queue
+                             AND (q.paused_at IS NOT NULL OR
+                                  q.resumed_at > now() - make_interval(secs => %(bound)s)))
            ORDER BY j.run_at LIMIT %(limit)s""",
         {"bound": stuck_after, "limit": limit},
     ).fetchall()

@@ -12,6 +12,7 @@ from leasework.context import Effect
 from leasework.db import savepoint
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
+from leasework.queues import HELD_UNTIL, PAUSE_LOCK
 from leasework.states import TERMINAL, Status, transition
 from leasework.store.common import JOB_COLUMNS, dead_letter_outbox_insert
 
@@ -30,32 +31,66 @@ def jobs_start_many(
     conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]], *, worker: str, ttl: float
 ) -> list[Job]:
     """Stamp a batch of queued jobs ``running``, each under its own fence, and open their
-    attempt rows, in one statement. Each row keeps its own condition: still ``queued`` and a
+    attempt rows, in one statement. Each row keeps its own condition: still ``queued``, a
     fence above the stored one (Postgres guards monotonicity even if Redis hands out an old
-    token). Returns the jobs stamped; the others were not ``queued`` or had a stale token."""
+    token) and its queue not paused. Returns the jobs stamped; the others were not
+    ``queued``, had a stale token or wait in a paused queue.
+
+    The pause is read in a statement begun after :data:`PAUSE_LOCK` is held shared (a
+    pause holds it exclusively while it commits), so no job starts once a pause has
+    committed. Both statements go in one round trip (a pipeline)."""
     if not claims:
         return []
+    with conn.pipeline():
+        conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", PAUSE_LOCK)
+        cur = conn.execute(
+            f"""WITH claim AS (
+                    SELECT * FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS c(id, fence)),
+                started AS (
+                    UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
+                           fence = claim.fence, lease_owner = %(worker)s,
+                           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+                           started_at = now(), updated_at = now()
+                    FROM claim
+                    WHERE jobs.id = claim.id AND jobs.status = 'queued'
+                      AND jobs.fence < claim.fence
+                      AND NOT EXISTS (SELECT 1 FROM queues q
+                                      WHERE q.name = jobs.queue AND q.paused_at IS NOT NULL)
+                    RETURNING jobs.*),
+                opened AS (
+                    INSERT INTO attempts (job_id, attempt, worker, fence)
+                    SELECT id, attempt, %(worker)s, fence FROM started)
+                SELECT {JOB_COLUMNS} FROM started""",
+            {
+                "ids": [c[0] for c in claims],
+                "fences": [c[1] for c in claims],
+                "worker": worker,
+                "ttl": ttl,
+            },
+        )
+        rows = cur.fetchall()
+    return [Job.from_row(r) for r in rows]
+
+
+HELD = "held: its queue is paused; it runs once the queue is resumed"
+
+
+def jobs_hold_paused(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list[Job]:
+    """Queued jobs a claim found in a paused queue wait for its resume: ``scheduled`` with
+    ``run_at`` :data:`HELD_UNTIL` (the promoter never finds them due; the resume makes them due
+    now), no lease, no attempt spent, no deferral counted. Jobs no longer queued, or whose
+    queue is not paused (resumed meanwhile), are left alone."""
+    if not job_ids:
+        return []
+    transition(Status.QUEUED, Status.SCHEDULED)
     rows = conn.execute(
-        f"""WITH claim AS (
-                SELECT * FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS c(id, fence)),
-            started AS (
-                UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
-                       fence = claim.fence, lease_owner = %(worker)s,
-                       lease_expires_at = now() + make_interval(secs => %(ttl)s),
-                       started_at = now(), updated_at = now()
-                FROM claim
-                WHERE jobs.id = claim.id AND jobs.status = 'queued' AND jobs.fence < claim.fence
-                RETURNING jobs.*),
-            opened AS (
-                INSERT INTO attempts (job_id, attempt, worker, fence)
-                SELECT id, attempt, %(worker)s, fence FROM started)
-            SELECT {JOB_COLUMNS} FROM started""",
-        {
-            "ids": [c[0] for c in claims],
-            "fences": [c[1] for c in claims],
-            "worker": worker,
-            "ttl": ttl,
-        },
+        f"""UPDATE jobs SET status = 'scheduled', run_at = %(until)s, last_error = %(why)s,
+                   updated_at = now()
+            WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued'
+              AND EXISTS (SELECT 1 FROM queues q
+                          WHERE q.name = jobs.queue AND q.paused_at IS NOT NULL)
+            RETURNING {JOB_COLUMNS}""",
+        {"ids": job_ids, "why": HELD, "until": HELD_UNTIL},
     ).fetchall()
     return [Job.from_row(r) for r in rows]
 

@@ -50,6 +50,7 @@ class Skip(StrEnum):
     MISSING = "missing"
     NOT_QUEUED = "not-queued"  # its status is the metric's reason
     DEFERRED = "deferred"
+    PAUSED = "paused"  # held until its queue is resumed
 
 
 @dataclass(frozen=True)
@@ -149,23 +150,34 @@ class Claimer:
 
     async def refused(self, refused: list[Claim], outcome: ClaimResult) -> None:
         """Leases won in Redis whose stamp Postgres refused: the job stopped being ``queued``
-        meanwhile (skip it), or Redis handed out a fence not above the stored one (its
-        counter was lost): re-seed the counter above Postgres's largest fence and try again."""
+        meanwhile (skip it), its queue is paused (hold it until the resume), or Redis handed
+        out a fence not above the stored one (its counter was lost): re-seed the counter
+        above Postgres's largest fence and try again."""
         try:
             await self.leases.release_many(refused)
         except Exception:  # noqa: BLE001 - they expire by themselves
             log.warning("lease release after a refused stamp failed")
         now = {j.id: j for j in await self.db.run(store.jobs_get_many, [c.job_id for c in refused])}
-        stale = []
+        stale, waiting = [], []
         for claim in refused:
             job = now.get(claim.job_id)
             if job is not None and job.status == Status.QUEUED and job.fence >= claim.fence:
                 stale.append((claim, job))
                 outcome.retry.append(claim.job_id)
+            elif job is not None and job.status == Status.QUEUED:
+                waiting.append(claim.job_id)  # refused with a good fence: its queue is paused
             else:
                 reason = "missing" if job is None else str(job.status)
                 metrics.redeliveries_skipped.labels(reason).inc()
                 outcome.skipped[claim.job_id] = Skip.NOT_QUEUED
+        if waiting:
+            held = {j.id for j in await self.db.run(store.jobs_hold_paused, waiting)}
+            for job_id in waiting:
+                if job_id in held:
+                    metrics.redeliveries_skipped.labels("paused").inc()
+                    outcome.skipped[job_id] = Skip.PAUSED
+                else:  # resumed meanwhile, or no longer queued: claimed again to decide
+                    outcome.retry.append(job_id)
         if stale:
             floor = await self.db.run(store.fence_max)
             seeded = await self.leases.reseed(floor + 1)

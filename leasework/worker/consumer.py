@@ -14,7 +14,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -70,6 +70,26 @@ def consumer_config(settings: Settings, queue: str = DEFAULT) -> dict:
     }
     base = client_config(settings.kafka_brokers, settings.process_name)
     return {**base, **config, **dict(settings.kafka_properties)}
+
+
+class PauseSwitch:
+    """Stops and restarts fetching a consumer's whole assignment as its queue is paused and
+    resumed (:mod:`leasework.queue_ops`). Used in the receiving thread only. While paused it
+    pauses the assignment before every poll (a rebalance may have assigned more); librdkafka
+    drops what it prefetched and, resumed, fetches again from what was consumed."""
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def apply(self, consumer: Consumer, paused: bool) -> None:
+        if paused:
+            if assigned := consumer.assignment():
+                consumer.pause(assigned)
+            self.paused = True
+        elif self.paused:
+            if assigned := consumer.assignment():
+                consumer.resume(assigned)
+            self.paused = False
 
 
 def receive(consumer: Consumer, at_most: int, pacer: Pacer, wait: float = 0.5) -> list[Message]:
@@ -128,18 +148,26 @@ async def consume(
     slots: Slots,
     stopping: Stopping,
     batches: trio.MemorySendChannel[list[Consumed]],
+    paused: Callable[[], bool] = lambda: False,
 ) -> None:
     """Poll until ``stopping``, then close ``batches``. Each message of a batch holds a slot
-    from here on; the channel's buffer is unbounded because the slots bound it."""
+    from here on; the channel's buffer is unbounded because the slots bound it. While
+    ``paused()`` the assignment is not fetched (polling goes on: it keeps the membership)."""
     limiter = trio.CapacityLimiter(1)
     pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
+    switch = PauseSwitch()  # likewise
+
+    def paused_receive(at_most: int, now_paused: bool) -> list[Message]:
+        switch.apply(consumer, now_paused)
+        return receive(consumer, at_most, pacer)
+
     async with batches:
         while not stopping.is_set():
             free = await slots.take(MAX_POLL)
             slots.polling = free
             try:
                 messages = await trio.to_thread.run_sync(
-                    receive, consumer, free, pacer, limiter=limiter
+                    paused_receive, free, paused(), limiter=limiter
                 )
             except BaseException:
                 slots.release(free)

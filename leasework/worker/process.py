@@ -49,7 +49,7 @@ from leasework.db import Database
 from leasework.kafka import client_config
 from leasework.lease import Leases
 from leasework.outcomes import RetryDefaults
-from leasework.queue_ops import ensure_queues
+from leasework.queue_ops import ensure_queues, paused_queues
 from leasework.queues import DEFAULT, ready_topic
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor
@@ -62,6 +62,7 @@ from leasework.worker.slots import Slots
 from leasework.worker.wakeup import listen
 
 GRACEFUL_FRACTION = 0.75  # of shutdown_timeout, that running jobs get to finish
+PAUSE_READ = 0.5  # seconds between two reads of the paused queues
 
 log = logging.getLogger("leasework.worker")
 
@@ -120,6 +121,7 @@ class Worker:
         # or idle queue never holds another's (an idle consumer's poll holds its free slots)
         self.slots_of = {q: Slots(settings.worker_concurrency) for q in self.queues}
         self.claim_stages: dict[str, ClaimStage] = {}  # each queue's, while its pipeline runs
+        self.paused: frozenset[str] = frozenset()  # the paused queues, read every PAUSE_READ s
 
     async def ensure_queues(self) -> None:
         """Create the queues this worker serves that do not exist yet (topic, then row),
@@ -204,6 +206,7 @@ class Worker:
             background.start_soon(
                 presence_loop, self.db, presence, lambda: len(self.executor.running)
             )
+            await background.start(self.watch_pauses)
             if self.settings.worker_wakeups:
                 queue_of_topic = {ready_topic(self.settings.topic_ready, q): q for q in self.queues}
                 background.start_soon(
@@ -236,7 +239,9 @@ class Worker:
         async with trio.open_nursery() as stages:
             stages.start_soon(claim.run, batches_out)
             stages.start_soon(self.run_jobs, started_out, offsets, slots)
-            await consume(consumer, offsets, slots, stopping, batches_in)
+            await consume(
+                consumer, offsets, slots, stopping, batches_in, lambda: queue in self.paused
+            )
             await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
             stages.cancel_scope.cancel()  # every slot is back: the stages hold nothing
 
@@ -275,7 +280,23 @@ class Worker:
     def wake(self, queue: str, job_id: uuid.UUID) -> bool:
         """A wake-up for ``queue``'s job: claimed at once if the queue is quiet."""
         stage = self.claim_stages.get(queue)
-        return stage is not None and stage.wake(job_id)
+        return stage is not None and queue not in self.paused and stage.wake(job_id)
+
+    async def watch_pauses(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Read which queues are paused every :data:`PAUSE_READ` s (started once the first
+        read answered or failed: a worker that cannot read Postgres claims nothing anyway).
+        A failed read keeps the last answer; the claim's own check is what guarantees that
+        no job of a paused queue starts."""
+        started = False
+        while True:
+            try:
+                self.paused = frozenset(await self.db.read(paused_queues))
+            except Exception as exc:  # unreachable: the claims fail too; said, tried again
+                log.warning("cannot read the paused queues", extra={"error": str(exc)[:200]})
+            if not started:
+                task_status.started()
+                started = True
+            await trio.sleep(PAUSE_READ)
 
     async def idle(self) -> None:
         """Until every queue's slots are all back."""

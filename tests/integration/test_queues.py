@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 
 import psycopg
@@ -93,3 +94,69 @@ def test_the_cli_creates_a_queue_once_and_lists_every_queue(db):
     finally:
         db.execute("DELETE FROM queues WHERE name = %s", (name,))
         AdminClient({"bootstrap.servers": BROKERS}).delete_topics([f"jobs.ready.{name}"])
+
+
+def toggle(client, name: str, action: str) -> dict:
+    answer = client.http.post(f"/queues/{name}/{action}")
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_paused_queue_starts_nothing_and_its_jobs_run_once_resumed(client, db):
+    """Paused over the api: its jobs wait (none started, none spends an attempt) while the
+    default queue runs on; the pause and the resume are audited; resumed, every job runs once."""
+    try:
+        paused = toggle(client, "emails", "pause")
+        assert paused["paused"] and paused["changed"] and paused["paused_by"]
+        assert toggle(client, "emails", "pause")["changed"] is False  # already: not audited
+        waiting = [client.submit("notify", {"paused": n}) for n in range(5)]
+        other = client.submit("noop", {"while": "emails paused"})
+        wait_status(client, other["id"], {"succeeded"}, timeout=30)  # default runs on
+        time.sleep(2.0)  # twice what a worker needs to notice, and more than a claim takes
+        ids = [j["id"] for j in waiting]
+        rows = db.execute(
+            "SELECT status, attempt, (SELECT count(*) FROM attempts a WHERE a.job_id = j.id) "
+            "AS tries FROM jobs j WHERE id = ANY(%s::uuid[])",
+            (ids,),
+        ).fetchall()
+        assert {(r["status"], r["attempt"], r["tries"]) for r in rows} <= {
+            ("queued", 0, 0),
+            ("scheduled", 0, 0),  # held: a worker had fetched it when the pause came
+        }
+        listed = {q["name"]: q for q in client.http.get("/queues").json()["queues"]}
+        assert listed["emails"]["paused"] and not listed["default"]["paused"]
+        resumed = toggle(client, "emails", "resume")
+        assert resumed["changed"] and not resumed["paused"]
+        for job_id in ids:
+            assert wait_status(client, job_id, {"succeeded"}, timeout=60)["attempt"] == 1
+        actions = [
+            r["action"]
+            for r in db.execute(
+                "SELECT action FROM audit_log WHERE target = 'queue:emails' "
+                "AND at > now() - interval '5 minutes' ORDER BY id DESC LIMIT 2"
+            ).fetchall()
+        ]
+        assert actions == ["queue-resume", "queue-pause"]
+    finally:
+        client.http.post("/queues/emails/resume")
+
+
+def test_pausing_a_queue_that_does_not_exist_is_a_404(client):
+    for name in ("nosuch-queue", "Not A Queue"):
+        answer = client.http.post(f"/queues/{name}/pause")
+        assert answer.status_code == 404, answer.text
+        assert "GET /queues" in answer.json()["detail"]
+
+
+def test_the_cli_pauses_and_resumes_a_queue(db):
+    try:
+        paused = leasework("queues", "pause", "emails")
+        assert paused.returncode == 0 and "paused" in paused.stdout, paused.stderr
+        listed = leasework("queues")
+        assert "paused by" in listed.stdout
+        resumed = leasework("queues", "resume", "emails")
+        assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr
+        missing = leasework("queues", "pause", "nosuch-queue")
+        assert missing.returncode == 1 and "no queue" in missing.stderr
+    finally:
+        leasework("queues", "resume", "emails")

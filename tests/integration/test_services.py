@@ -18,7 +18,10 @@ from leasework import store
 from leasework.db import Database
 from leasework.demo import app as demo_app
 from leasework.lease import Leases, lease_key
+from leasework.operations import Actor
 from leasework.outcomes import Completion, Outcome
+from leasework.queue_ops import set_paused
+from leasework.queues import HELD_UNTIL
 from leasework.redisconn import RedisTarget
 from leasework.states import Status
 from leasework.worker.claim import Claimer, Skip
@@ -251,3 +254,35 @@ async def test_a_read_runs_outside_a_transaction_block_and_hands_the_connection_
     assert await db.read(status_after_a_select) == TransactionStatus.IDLE
     for _ in range(4):  # every connection of the pool, whichever the next caller gets
         assert await db.run(status_after_a_select) == TransactionStatus.INTRANS
+
+
+async def test_a_claim_holds_a_paused_queues_job_without_spending_an_attempt(db, claimer):
+    held, also = await make_jobs(db, job_type="notify", count=2, queue="emails")
+    actor = Actor("test", "cli")
+    await db.run(lambda conn: set_paused(conn, "emails", True, actor))
+    try:
+        claimed = await claimer.claim([held, also])
+        assert claimed.started == [] and claimed.retry == []
+        assert claimed.skipped == {held: Skip.PAUSED, also: Skip.PAUSED}
+        for job_id in (held, also):
+            found = await job(db, job_id)
+            assert found.status == Status.SCHEDULED and found.attempt == 0
+            assert found.run_at == HELD_UNTIL and "paused" in found.last_error
+
+        def resume(conn):
+            done = set_paused(conn, "emails", False, actor)
+            due = conn.execute(
+                "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND run_at <= now()",
+                ([held, also],),
+            ).fetchone()["n"]
+            # (not for the stack's promoter: this test's jobs have no outbox row to wake)
+            conn.execute(
+                "UPDATE jobs SET run_at = now() + interval '1 hour' WHERE id = ANY(%s)",
+                ([held, also],),
+            )
+            return done, due
+
+        done, due = await db.run(resume)
+        assert done.changed and done.released >= 2 and due == 2
+    finally:
+        await db.run(lambda conn: set_paused(conn, "emails", False, actor))

@@ -13,7 +13,15 @@ import trio
 
 from leasework.pacing import Pacer
 from leasework.service import Stopping
-from leasework.worker.consumer import GATHER, Consumed, arrived, consume, decode, receive
+from leasework.worker.consumer import (
+    GATHER,
+    Consumed,
+    PauseSwitch,
+    arrived,
+    consume,
+    decode,
+    receive,
+)
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
@@ -169,3 +177,31 @@ async def test_the_loop_asks_for_no_more_than_the_free_slots_and_gives_back_the_
     assert slots.held == 0  # the last, empty poll gave its slot back
     with pytest.raises(trio.EndOfChannel):  # the stage closed its channel on its way out
         await batches.receive()
+
+
+class Pausable:
+    """A consumer's assignment and the pause and resume calls made on it."""
+
+    def __init__(self, assigned: list[int]) -> None:
+        self.assigned = assigned
+        self.calls: list[tuple[str, list[int]]] = []
+
+    def assignment(self) -> list[int]:
+        return list(self.assigned)
+
+    def pause(self, partitions: list[int]) -> None:
+        self.calls.append(("pause", partitions))
+
+    def resume(self, partitions: list[int]) -> None:
+        self.calls.append(("resume", partitions))
+
+
+def test_a_paused_queue_pauses_its_whole_assignment_before_every_poll_and_resumes_once():
+    consumer, switch = Pausable([0, 1]), PauseSwitch()
+    switch.apply(consumer, False)  # not paused: nothing to do
+    switch.apply(consumer, True)
+    consumer.assigned = [0, 1, 2]  # a rebalance gave it one more while paused
+    switch.apply(consumer, True)
+    switch.apply(consumer, False)
+    switch.apply(consumer, False)
+    assert consumer.calls == [("pause", [0, 1]), ("pause", [0, 1, 2]), ("resume", [0, 1, 2])]
