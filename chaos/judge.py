@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from chaos.auditor import AuditorView
     from chaos.messages import MessageView
     from chaos.nemesis import Injection
+    from chaos.pauses import PauseView
     from chaos.scenario import Expectations
     from chaos.shop import ShopView
     from chaos.verdict import Verdict
@@ -65,6 +66,7 @@ class Evidence:
     shop: ShopView | None = None  # the example shop's orders and emails, if the run used it
     auditor: AuditorView | None = None  # the relay's auditor on the run's jobs (None: unread)
     fencing: bool = True  # the workers' lease mode: fenced, or the unsafe plain TTL
+    pauses: PauseView | None = None  # the queue_pause faults' windows (None: no pause)
 
 
 @dataclass(frozen=True)
@@ -499,6 +501,30 @@ def auditor_agrees(e: Evidence) -> Iterator[Finding]:
         )
 
 
+def pauses_held(e: Evidence) -> Iterator[Finding]:
+    """A queue_pause held: no attempt of the run's jobs of the paused queue started inside
+    its window, the queue was resumed, and the pause held something back (a job created
+    before the resume that first started after it), so a pause that did nothing is not
+    taken for one that held."""
+    for w in () if e.pauses is None else e.pauses.windows:
+        if w.started_inside:
+            yield Finding(
+                "pauses",
+                False,
+                f"pause: {len(w.started_inside)} job(s) of queue {w.queue} started while it "
+                f"was paused, e.g. {', '.join(w.started_inside[:3])}",
+            )
+        if w.resumed_at is None:
+            yield Finding("pauses", False, f"pause: queue {w.queue} was never resumed")
+        elif w.held_back == 0:
+            yield Finding(
+                "pauses",
+                UNKNOWN,
+                f"pause: queue {w.queue}'s pause held back none of the run's jobs, so it "
+                "shows nothing (submit to the queue while it is paused)",
+            )
+
+
 HARNESS: Mapping[str, Checker[Evidence]] = {
     "crash": crashes,
     "interference": interference,
@@ -512,6 +538,7 @@ HARNESS: Mapping[str, Checker[Evidence]] = {
     "unique_contention": unique_contention,
     "mail_refusals": mail_refusals,
     "auditor": auditor_agrees,
+    "pauses": pauses_held,
 }
 
 

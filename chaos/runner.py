@@ -68,6 +68,7 @@ from chaos.messages import message_view, topic_end_offsets, topic_messages
 from chaos.metrics import COUNTERS, OPS_PORTS, CounterTracker, MetricsSampler
 from chaos.nemeses.base import NemesisError
 from chaos.nemesis import Nemesis
+from chaos.pauses import PauseView, read_pauses
 from chaos.quiet import Quiet, wait_quiet
 from chaos.record import AlertsSeen, RunDetails, RunRecord, Setup, recovery_rows
 from chaos.report import (
@@ -265,6 +266,7 @@ class _Seen:
     crashed: list[str]
     meddling: list[str]
     auditor: AuditorView | None = None  # the relay's auditor on the run's jobs
+    pauses: PauseView | None = None  # the queue_pause faults' windows and what started inside
 
 
 class _Run:
@@ -429,6 +431,11 @@ class _Run:
             f"(its watermark {'passed' if auditor.reached else 'did NOT pass'} the run's last "
             f"finish after {auditor.waited:.1f}s)"
         )
+        pauses = None
+        if any(i.spec.fault == "queue_pause" for i in self.nemesis.injections):
+            since = datetime.fromtimestamp(start_epoch, UTC)
+            pauses = await trio.to_thread.run_sync(read_pauses, self.prefix, since)
+            log(f"pauses: {pauses.cell()}")
         tables.update(await trio.to_thread.run_sync(self.schedules.read))
         if self.unique is not None:
             tables["unique_inserts"] = [i.to_dict() for i in self.unique.inserts]
@@ -475,6 +482,7 @@ class _Run:
             crashed,
             meddling,
             auditor,
+            pauses,
         )
 
     def _first_fault_epoch(self) -> float | None:
@@ -541,6 +549,7 @@ class _Run:
                 shop=shop,
                 auditor=seen.auditor,
                 fencing=scenario.fencing,
+                pauses=seen.pauses,
             )
         )
         details = RunDetails(

@@ -16,6 +16,7 @@ module          faults
 ``kafka``       kafka_kill
 ``redis``       redis_restart, redis_flushall
 ``postgres``    postgres_restart (not in the default random mix)
+``queues``      queue_pause (an operator's pause; not in the default random mix)
 ==============  =====================================================================
 
 :data:`RANDOM_MIX` is what a ``[random_faults]`` table draws from when it names no faults:

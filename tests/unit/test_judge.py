@@ -5,12 +5,14 @@ with the expectations into one judgement."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 
 from chaos.auditor import AuditorView
 from chaos.checker import UNKNOWN, compose
 from chaos.judge import EXPECTATIONS, HARNESS, Evidence, harness_findings, judge_run
 from chaos.loader import loads_scenario
 from chaos.messages import MessageView
+from chaos.pauses import PauseView, PauseWindow, windows_of
 from chaos.scenario import Expectations
 from chaos.shop import shop_view
 from chaos.ticks import ScheduleTicks, TickVerdict
@@ -189,3 +191,35 @@ def test_the_auditor_column_says_what_was_found_or_that_it_did_not_get_there():
     view = found(("effects_twice", "j1"), ("stale_outcome", "j1"), ("effects_twice", "j2"))
     assert view.cell() == "2 job(s): effects_twice 2, stale_outcome 1"
     assert view.to_dict()["by_kind"] == {"effects_twice": 2, "stale_outcome": 1}
+
+
+def test_a_pause_holds_only_when_nothing_started_inside_it_and_it_held_jobs_back():
+    t0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    t1 = t0 + timedelta(seconds=12)
+
+    def found(*windows: PauseWindow) -> list[str]:
+        return [f.message for f in harness(pauses=PauseView(windows)) if f.kind == "pauses"]
+
+    assert found(PauseWindow("default", t0, t1, held_back=30)) == []
+    (inside,) = found(PauseWindow("default", t0, t1, ["j1", "j2"], held_back=30))
+    assert "2 job(s) of queue default started while it was paused" in inside
+    (never,) = found(PauseWindow("default", t0, None, held_back=0))
+    assert "never resumed" in never
+    (idle,) = found(PauseWindow("default", t0, t1, held_back=0))
+    assert "held back none" in idle
+
+
+def test_pause_windows_pair_each_pause_with_the_resume_after_it():
+    t0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    t1, t2 = t0 + timedelta(seconds=5), t0 + timedelta(seconds=9)
+
+    def entry(action: str, queue: str, key: str, at: datetime) -> dict:
+        return {"action": action, "target": f"queue:{queue}", "detail": {key: at.isoformat()}}
+
+    entries = [
+        entry("queue-pause", "default", "paused_at", t0),
+        entry("queue-pause", "emails", "paused_at", t1),
+        entry("queue-resume", "default", "resumed_at", t2),
+        entry("queue-resume", "reports", "resumed_at", t2),  # paused before the run: no window
+    ]
+    assert windows_of(entries) == [("default", t0, t2), ("emails", t1, None)]

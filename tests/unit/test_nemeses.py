@@ -35,9 +35,9 @@ HISTORICAL_ORDER = (
 def test_the_vocabulary_is_the_registry_in_its_families_order():
     # the random mix draws from the historical vocabulary; later faults come after it
     assert nemeses.RANDOM_MIX == HISTORICAL_ORDER
-    assert nemeses.FAULTS == (*HISTORICAL_ORDER, "postgres_restart")
+    assert nemeses.FAULTS == (*HISTORICAL_ORDER, "postgres_restart", "queue_pause")
     families = [nemeses.lookup(name).family for name in nemeses.FAULTS]
-    order = ["toxic", "process", "kafka", "redis", "postgres"]
+    order = ["toxic", "process", "kafka", "redis", "postgres", "queue"]
     assert families == sorted(families, key=order.index)
     with pytest.raises(ValueError, match="unknown fault 'meteor'; known: latency, "):
         nemeses.lookup("meteor")
