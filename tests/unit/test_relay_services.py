@@ -344,7 +344,7 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
             passes.append((trio.current_time(), len(rows.rows)))
             if len(passes) == 2:
                 kafka.refusing = set()
-            if len(passes) == 7:
+            if len(passes) == 6:
                 stop.cancel()
             return await super().run(fn, *args)
 
@@ -358,22 +358,7 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
         await trio.sleep(notifies.pop(0))
         return [""]
 
-    # an insert in flight, then armed with a row it committed, then armed with none
-    arming = [outbox.Idle.PENDING, outbox.Idle.ARMED_WITH_ROWS]
-    armed = [False]
-
-    async def arm(self) -> outbox.Idle:
-        state = arming.pop(0) if arming else outbox.Idle.ARMED
-        armed[0] = state is not outbox.Idle.PENDING
-        return state
-
-    async def disarm(self) -> None:
-        armed[0] = False
-
     monkeypatch.setattr(outbox.Listener, "wait", notified)
-    monkeypatch.setattr(outbox.IdleGate, "arm", arm)
-    monkeypatch.setattr(outbox.IdleGate, "disarm", disarm)
-    monkeypatch.setattr(outbox.IdleGate, "armed", lambda self: armed[0])
     config = OutboxConfig(batch=2, tick=0.5)
     with trio.fail_after(60), stop:
         await OutboxRelay(Watched(), kafka, config, {}).run()  # type: ignore[arg-type]
@@ -382,11 +367,10 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
         (0.0, 5),  # k1 refused, k2 published: back off
         (0.2, 4),  # k1, k3 published: a full batch
         (0.2, 2),  # at once: k4, k5, a full batch
-        (0.2, 0),  # at once: nothing left; an insert holds the gate, so again a window later
-        (0.225, 0),  # armed, and a row committed before that told no one: once more at once
-        (0.225, 0),  # armed with nothing left: the relay waits for a NOTIFY
-        (0.235, 0),  # one at 0.235, a window after the last produce: at once (the stop lands
-    ]  # in the next wait)
+        (0.2, 0),  # at once: nothing left, so the relay waits for a NOTIFY
+        (0.225, 0),  # one at 0.21: rows gather for the rest of the window after the last produce
+        (0.325, 0),  # one at 0.325, a window after the last produce: published at once
+    ]
 
 
 async def test_a_promoter_pass_is_a_full_batch_or_the_relay_waits(monkeypatch):
