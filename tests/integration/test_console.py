@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -339,3 +340,53 @@ def test_the_job_page_shows_a_unique_key_and_a_retry_refused_while_it_is_held(
         context.close()
     finally:
         delete_jobs(db, "id IN (%s, %s)", (first, holder))
+
+
+def test_the_queues_page_pauses_a_queue_its_jobs_wait_and_resume_runs_them(browser, make_token, db):
+    _, token = make_token("read", "cancel")
+    context, page = login(browser, token, "/ui/queues")
+    try:
+        row = page.locator("tr#queue-emails")
+        assert "active" in row.inner_text()
+        with page.expect_navigation():
+            row.locator("a:text-is('Pause…')").click()
+        assert "Pause queue emails on every worker?" in page.inner_text("main")
+        with page.expect_navigation():
+            page.click("#confirm")
+        assert "Queue emails: Paused" in page.inner_text("main")
+        assert "paused" in page.locator("tr#queue-emails").inner_text()
+        job_id = enqueue("notify", {"console": "paused"})
+        shot(page, "queues-paused")
+        wait_for(lambda: status_of(db, job_id) in ("queued", "scheduled"), 10, "the job waits")
+        time.sleep(2.0)  # a pause is judged by what does not happen: give it time to
+        assert status_of(db, job_id) in ("queued", "scheduled")
+        with page.expect_navigation():
+            page.locator("tr#queue-emails a:text-is('Resume…')").click()
+        with page.expect_navigation():
+            page.click("#confirm")
+        assert "Queue emails: Resumed" in page.inner_text("main")
+        wait_db_status(db, job_id, "succeeded", timeout=60)
+        actions = [
+            r["action"]
+            for r in db.execute(
+                "SELECT action, detail->>'via' AS via FROM audit_log WHERE target = "
+                "'queue:emails' ORDER BY id DESC LIMIT 2"
+            ).fetchall()
+        ]
+        assert actions == ["queue-resume", "queue-pause"]
+    finally:
+        with psycopg.connect(DIRECT_DSN) as conn:
+            conn.execute(
+                "UPDATE queues SET paused_at = NULL, paused_by = NULL WHERE name = 'emails'"
+            )
+        context.close()
+
+
+def test_a_read_only_token_sees_the_queues_but_cannot_pause_one(browser, make_token):
+    _, token = make_token("read")
+    context, page = login(browser, token, "/ui/queues")
+    assert "emails" in page.inner_text("main")
+    assert page.locator("a:text-is('Pause…')").count() == 0
+    refused = context.request.get(f"{UI}/queues/emails/pause")
+    assert refused.status == 403 and "needs &#39;cancel&#39;" in refused.text()
+    context.close()

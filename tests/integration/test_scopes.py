@@ -97,6 +97,12 @@ CONSOLE_REQUESTS: dict[str, list[tuple[str, str, dict[str, str] | None]]] = {
         ("GET", f"{SCHEDULE}/backfill?from=2025-01-01T00:00&until=2025-01-02T00:00", None),
         ("POST", f"{SCHEDULE}/backfill", {"from": "2025-01-01T00:00", "until": "2025-01-02T00:00"}),
     ],
+    "queues": [("GET", "/ui/queues", None)],
+    **{
+        f"queue_{action}": [("GET", f"/ui/queues/t-no-such-queue/{action}", None),
+                            ("POST", f"/ui/queues/t-no-such-queue/{action}", {})]
+        for action in ("pause", "resume")
+    },
     "workers": [("GET", "/ui/workers", None)],
     "audit": [("GET", "/ui/audit", None)],
     "invariants": [("GET", "/ui/invariants", None)],

@@ -28,6 +28,7 @@ from werkzeug.datastructures import MultiDict
 from leasework import audit, operations, store
 from leasework.api.auth import Authenticator, RateLimiter
 from leasework.api.console import filters, prometheus
+from leasework.api.console import queues as queue_pages
 from leasework.api.console import schedules as schedule_pages
 from leasework.api.console.charts import line_chart
 from leasework.api.console.errors import ConsoleError
@@ -670,6 +671,16 @@ CONSOLE_ROUTES: tuple[Route, ...] = (
           twin("DELETE", "/schedules/{name}"), "schedule_delete"),
     Route("POST", "/schedules/{name}/delete", schedule_pages.schedule_delete,
           twin("DELETE", "/schedules/{name}"), "schedule_delete"),
+    # queues (leasework/api/console/queues.py: handlers of a Console)
+    Route("GET", "/queues", queue_pages.queues, twin("GET", "/queues"), "queues"),
+    Route("GET", "/queues/{name}/pause", queue_pages.queue_pause,
+          twin("POST", "/queues/{name}/pause"), "queue_pause"),
+    Route("POST", "/queues/{name}/pause", queue_pages.queue_pause,
+          twin("POST", "/queues/{name}/pause"), "queue_pause"),
+    Route("GET", "/queues/{name}/resume", queue_pages.queue_resume,
+          twin("POST", "/queues/{name}/resume"), "queue_resume"),
+    Route("POST", "/queues/{name}/resume", queue_pages.queue_resume,
+          twin("POST", "/queues/{name}/resume"), "queue_resume"),
     Route("GET", "/workers", Console.workers, twin("GET", "/workers"), "workers"),
     Route("GET", "/audit", Console.audit, twin("GET", "/audit"), "audit"),
     # Alertmanager's notifications (the overview shows the latest too): no API twin
