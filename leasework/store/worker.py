@@ -52,7 +52,12 @@ def jobs_start_many(
                            lease_expires_at = now() + make_interval(secs => %(ttl)s),
                            started_at = now(), updated_at = now()
                     FROM claim
-                    WHERE jobs.id = claim.id AND jobs.status = 'queued'
+                    -- "IS TRUE": not a condition the status index can serve, so each row
+                    -- is found by its primary key. Asked as a plain condition, the planner
+                    -- took the status index whenever its statistics said few jobs were
+                    -- queued, and under a backlog read every queued job for every claim
+                    -- (just bench's batch row: twice the CPU per job)
+                    WHERE jobs.id = claim.id AND (jobs.status = 'queued') IS TRUE
                       AND jobs.fence < claim.fence
                       AND NOT EXISTS (SELECT 1 FROM queues q
                                       WHERE q.name = jobs.queue AND q.paused_at IS NOT NULL)
@@ -86,7 +91,7 @@ def jobs_hold_paused(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list
     rows = conn.execute(
         f"""UPDATE jobs SET status = 'scheduled', run_at = %(until)s, last_error = %(why)s,
                    updated_at = now()
-            WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued'
+            WHERE id = ANY(%(ids)s::uuid[]) AND (status = 'queued') IS TRUE  -- (by id)
               AND EXISTS (SELECT 1 FROM queues q
                           WHERE q.name = jobs.queue AND q.paused_at IS NOT NULL)
             RETURNING {JOB_COLUMNS}""",

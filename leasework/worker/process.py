@@ -17,6 +17,12 @@
   outcome is durable; a background loop stores the finished prefix of each partition for
   librdkafka to commit, and it is committed synchronously on revoke and at shutdown.
 
+A lone job may come in by a shorter way (:mod:`leasework.worker.wakeup`): Postgres's
+``NOTIFY leasework_ready`` at its insert's commit makes a quiet queue's claim stage claim it
+by id (:meth:`Worker.wake`) before Kafka delivers it; its message is settled when it
+arrives. A paused queue (:meth:`Worker.watch_pauses`) is neither fetched nor woken, and its
+claims are refused by the stamp itself.
+
 Consume and claim are long-lived tasks joined by the ``batches`` channel; the claim stage
 hands each started job on the ``started`` channel to :meth:`Worker.run_jobs`, which starts a
 task per job calling execute, complete and offsets in order. A task per job, not three
