@@ -23,12 +23,16 @@ class Listener:
         self.channel = channel
         self.conn: psycopg.Connection | None = None
         self.limiter = trio.CapacityLimiter(1)
+        self.listening = False  # LISTEN is in effect on ``conn``
 
     def _wait(self, timeout: float) -> list[str]:
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = self.db.connect(autocommit=True)
+                self.listening = False
+            if not self.listening:
                 self.conn.execute(f"LISTEN {self.channel}")
+                self.listening = True
             payloads = [n.payload for n in self.conn.notifies(timeout=timeout, stop_after=1)]
             if payloads:
                 # whatever else has arrived already comes along (a deadline of zero reads
@@ -45,6 +49,20 @@ class Listener:
     async def wait(self, at_most: float) -> list[str]:
         """The payloads of the NOTIFYs that came within ``at_most`` seconds (empty: none)."""
         return await trio.to_thread.run_sync(self._wait, at_most, limiter=self.limiter)
+
+    def _unlisten(self) -> None:
+        if self.conn is not None and not self.conn.closed and self.listening:
+            try:
+                self.conn.execute(f"UNLISTEN {self.channel}")
+            except psycopg.Error:
+                self.conn.close()
+                self.conn = None
+        self.listening = False
+
+    async def unlisten(self) -> None:
+        """Stop hearing the channel (Postgres stops waking this connection for each NOTIFY)
+        until the next :meth:`wait` listens again."""
+        await trio.to_thread.run_sync(self._unlisten, limiter=self.limiter)
 
     def close(self) -> None:
         if self.conn is not None:

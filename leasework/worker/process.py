@@ -216,7 +216,7 @@ class Worker:
             if self.settings.worker_wakeups:
                 queue_of_topic = {ready_topic(self.settings.topic_ready, q): q for q in self.queues}
                 background.start_soon(
-                    listen, self.db, queue_of_topic, self.app, self.wake, stopping
+                    listen, self.db, queue_of_topic, self.app, self.wake, stopping, self.quiet
                 )
             async with trio.open_nursery() as pipelines:
                 for queue, (consumer, offsets) in zip(self.queues, feeds, strict=True):
@@ -282,6 +282,10 @@ class Worker:
                 slots.give_back_lent()
             else:
                 slots.release()
+
+    def quiet(self) -> bool:
+        """Whether some queue of this worker, not paused, has nothing in flight."""
+        return any(self.slots_of[q].quiet() for q in self.queues if q not in self.paused)
 
     def wake(self, queue: str, job_id: uuid.UUID) -> bool:
         """A wake-up for ``queue``'s job: claimed at once if the queue is quiet."""
