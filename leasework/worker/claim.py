@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import uuid
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
@@ -42,6 +43,11 @@ from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
 log = logging.getLogger("leasework.worker.claim")
+
+# a wake-up is acted on only by a queue that has claimed nothing for this long: between the
+# jobs of a stream a queue is quiet for moments, and claiming each of its jobs twice over
+# (the wake-up, then the message) cost the one-job-per-transaction door CPU in every process
+IDLE_BEFORE_WAKE = 0.1
 
 
 class Skip(StrEnum):
@@ -269,6 +275,8 @@ class ClaimStage:
     _: KW_ONLY
     ttl: float
     _claims: trio.Nursery | None = field(default=None, init=False)
+    # when this queue last claimed anything (a batch or a woken job), trio time
+    _last_claim: float = field(default=-math.inf, init=False)
 
     async def run(self, batches: trio.MemoryReceiveChannel[list[Consumed]]) -> None:
         """Claim each batch in a task of its own (several batches may be claimed at once),
@@ -283,11 +291,15 @@ class ClaimStage:
 
     def wake(self, job_id: uuid.UUID) -> bool:
         """Claim a job a Postgres wake-up named (:mod:`leasework.worker.wakeup`) at once, if
-        this queue is quiet (nothing in flight) and the worker is not stopping; the job holds
+        this queue is idle (nothing in flight, nothing claimed for :data:`IDLE_BEFORE_WAKE`
+        s) and the worker is not stopping; the job holds
         a lent slot (:meth:`Slots.lend`). Returns whether a claim was begun; otherwise, and
         whenever the claim does not start the job, its Kafka message delivers it."""
         if self._claims is None or self.stopping.is_set() or not self.slots.quiet():
             return False
+        if trio.current_time() - self._last_claim < IDLE_BEFORE_WAKE:
+            return False  # between jobs of a stream, not idle: Kafka brings the next ones
+        self._last_claim = trio.current_time()
         self.slots.lend()
         self._claims.start_soon(self.claim_woken, job_id)
         return True
@@ -319,6 +331,7 @@ class ClaimStage:
         self.slots.release()
 
     async def claim_batch(self, messages: list[Consumed], nursery: trio.Nursery) -> None:
+        self._last_claim = trio.current_time()
         batch = split(messages)
         for message, reason in batch.skipped:
             if reason == "undecodable":

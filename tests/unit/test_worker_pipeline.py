@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 import uuid
 
@@ -19,10 +20,11 @@ from leasework.lease import Claim
 from leasework.outcomes import Completion
 from leasework.service import Stopping
 from leasework.states import Status
-from leasework.worker.claim import ClaimResult, Skip, Started
+from leasework.worker.claim import IDLE_BEFORE_WAKE, ClaimResult, ClaimStage, Skip, Started
 from leasework.worker.completer import Finished
 from leasework.worker.offsets import Offsets
 from leasework.worker.process import Worker
+from leasework.worker.slots import Slots
 from tests.unit.test_worker_consumer import Message
 from tests.unit.test_worker_timing import make_job, settings
 
@@ -211,3 +213,28 @@ async def test_a_wakeup_starts_a_job_only_while_its_queue_is_quiet_and_holds_no_
     assert worker.claimer.woken == [woken]  # type: ignore[attr-defined]
     assert [c.job_id for c in completer.written] == [woken]  # type: ignore[attr-defined]
     assert offsets.tracker.positions() == {} and slots.held == 0
+
+
+async def test_a_wakeup_is_acted_on_only_after_a_tenth_of_a_second_without_a_claim(
+    autojump_clock,
+):
+    woken = [uuid.uuid4() for _ in range(3)]
+    claimer = Claimer({j: ("noop", {}) for j in woken})
+    started_in, started_out = trio.open_memory_channel(math.inf)
+    batches_in, batches_out = trio.open_memory_channel(math.inf)
+    slots = Slots(4)
+    offsets = Offsets(Kafka([]), "jobs.ready")  # type: ignore[arg-type]
+    stage = ClaimStage(claimer, offsets, slots, Stopping(), started_in, ttl=10.0)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stage.run, batches_out)
+        await trio.sleep(1.0)
+        assert stage.wake(woken[0])  # idle for a second: claimed at once
+        (_, first) = await started_out.receive()
+        slots.give_back_lent()  # its job ended
+        assert not stage.wake(woken[1])  # quiet again, but it claimed a moment ago
+        await trio.sleep(IDLE_BEFORE_WAKE)
+        assert stage.wake(woken[2])
+        await started_out.receive()
+        slots.give_back_lent()
+        batches_in.close()
+    assert first.job.id == woken[0] and claimer.woken == [woken[0], woken[2]]
