@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,35 @@ WAIT = 0.5  # seconds a listen waits before it looks at ``stopping`` again
 # and looks every LOOK seconds whether one is quiet again, to listen again
 BUSY_BEFORE_UNLISTEN = 1.0
 LOOK = 0.05
+# a worker that hears this many wake-ups within STREAM_WINDOW s is on a stream of small
+# commits (one job per web request): stop listening for DEAF_FOR s. A queue acts on at most
+# one wake-up per IDLE_BEFORE_WAKE (0.1 s) anyway; the rest cost this process and its
+# Postgres backend a wake-up each for nothing, and Kafka delivers a stream in batches
+STREAM = 20
+STREAM_WINDOW = 1.0
+DEAF_FOR = 2.0
+
+
+@dataclass
+class StreamGauge:
+    """Counts the wake-ups heard over the last :data:`STREAM_WINDOW` s (pure: the caller
+    passes the time)."""
+
+    heard: list[float]
+
+    def __init__(self) -> None:
+        self.heard = []
+
+    def add(self, now: float, count: int) -> bool:
+        """Record ``count`` wake-ups heard at ``now``; whether they make a stream."""
+        self.heard.extend([now] * count)
+        cut = now - STREAM_WINDOW
+        while self.heard and self.heard[0] <= cut:
+            self.heard.pop(0)
+        if len(self.heard) >= STREAM:
+            self.heard.clear()
+            return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -99,11 +129,18 @@ async def listen(
     quiet and says whether it did. While ``quiet()`` (some queue of the worker is) stays
     false for :data:`BUSY_BEFORE_UNLISTEN` s, stop listening until it is true again: under
     load a NOTIFY per committed job would cost every worker's connection a wake-up for
-    nothing (measured: the bench's ``enqueue-one`` row)."""
+    nothing (measured: the bench's ``enqueue-one`` row). Likewise for :data:`DEAF_FOR` s
+    after hearing a stream (:class:`StreamGauge`): at a steady hundred small commits a
+    second every queue may look quiet between jobs while nearly every wake-up is ignored."""
     listener = Listener(db, CHANNEL)
     busy_since: float | None = None
+    gauge = StreamGauge()
+    deaf_until = -math.inf
     try:
         while not stopping.is_set():
+            if trio.current_time() < deaf_until:
+                await trio.sleep(min(LOOK, deaf_until - trio.current_time()))
+                continue
             if not quiet():
                 now = trio.current_time()
                 busy_since = now if busy_since is None else busy_since
@@ -115,9 +152,13 @@ async def listen(
             else:
                 busy_since = None
             payloads = await listener.wait(WAIT)
-            for queue, job_id in addressed(payloads, queue_of_topic, types):
+            woken = addressed(payloads, queue_of_topic, types)
+            for queue, job_id in woken:
                 if not wake(queue, job_id):
                     metrics.wakeups.labels("busy").inc()
+            if woken and gauge.add(trio.current_time(), len(woken)):
+                await listener.unlisten()
+                deaf_until = trio.current_time() + DEAF_FOR
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(listener.close, limiter=listener.limiter)

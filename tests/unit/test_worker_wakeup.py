@@ -50,31 +50,43 @@ def test_a_worker_acts_on_its_queues_topics_and_its_apps_types_each_job_once():
     assert addressed(payloads, topics, {"noop", "notify"}) == [("default", A), ("emails", C)]
 
 
+class Logged:
+    """A stand-in listener that logs when it waits and when it stops listening."""
+
+    limiter = trio.CapacityLimiter(1)
+    log: list[tuple[float, str]]
+
+    def __init__(self, db: object, channel: str) -> None:
+        self.listening = False
+
+    async def wait(self, at_most: float) -> list[str]:
+        self.listening = True
+        self.log.append((trio.current_time(), "wait"))
+        return []
+
+    async def unlisten(self) -> None:
+        self.listening = False
+        self.log.append((trio.current_time(), "unlisten"))
+
+    def close(self) -> None:
+        pass
+
+
 async def test_a_worker_busy_for_a_second_stops_listening_and_listens_again_once_quiet(
     monkeypatch, autojump_clock
 ):
     log: list[tuple[float, str]] = []
+    log_ = log
 
-    class Heard:
-        """A listener that hears nothing: when it waits and when it stops listening."""
+    class Heard(Logged):
+        """A listener that hears nothing."""
 
-        limiter = trio.CapacityLimiter(1)
-
-        def __init__(self, db: object, channel: str) -> None:
-            self.listening = False
+        log = log_
 
         async def wait(self, at_most: float) -> list[str]:
-            self.listening = True
-            log.append((trio.current_time(), "wait"))
+            await super().wait(at_most)
             await trio.sleep(at_most)
             return []
-
-        async def unlisten(self) -> None:
-            self.listening = False
-            log.append((trio.current_time(), "unlisten"))
-
-        def close(self) -> None:
-            pass
 
     monkeypatch.setattr(wakeup, "Listener", Heard)
     busy = [False]
@@ -98,3 +110,52 @@ async def test_a_worker_busy_for_a_second_stops_listening_and_listens_again_once
     waits = [t for t, what in events if what == "wait"]
     assert not [t for t in waits if unlistened[0] < t < 4.0]  # not listening while busy
     assert [t for t in waits if 4.0 <= t <= 4.1]  # listening again within a look of quiet
+
+
+def test_twenty_wakeups_within_a_second_are_a_stream():
+    gauge = wakeup.StreamGauge()
+    assert not any(gauge.add(t / 10, 1) for t in range(19))  # 19 over 1.8 s: sparse
+    assert not gauge.add(2.0, 5)  # the ones before t=1.0 have left the window
+    assert gauge.add(2.05, 10)  # 8 + 5 + 10 within the second up to 2.05: a stream
+    assert not gauge.add(2.1, 1)  # counted afresh after a stream was called
+
+
+async def test_a_worker_that_hears_a_stream_stops_listening_for_two_seconds(
+    monkeypatch, autojump_clock
+):
+    log: list[tuple[float, str]] = []
+    log_ = log
+
+    class Loud(Logged):
+        """A listener that hears five wake-ups every 50 ms."""
+
+        log = log_
+
+        async def wait(self, at_most: float) -> list[str]:
+            await super().wait(at_most)
+            await trio.sleep(0.05)
+            return [payload(*[["jobs.ready", str(uuid.uuid4()), "noop"] for _ in range(5)])]
+
+    monkeypatch.setattr(wakeup, "Listener", Loud)
+    stopping = Stopping()
+
+    async def stop_later() -> None:
+        await trio.sleep(3.0)
+        stopping.set("test")
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_later)
+        await wakeup.listen(
+            None,  # type: ignore[arg-type]
+            {"jobs.ready": "default"},
+            {"noop"},
+            lambda q, j: False,
+            stopping,
+        )
+    events = [(round(t - start, 2), what) for t, what in log]
+    unlistened = [t for t, what in events if what == "unlisten"]
+    assert unlistened and unlistened[0] <= 0.25  # four waits hear twenty
+    waits = [t for t, what in events if what == "wait"]
+    assert not [t for t in waits if unlistened[0] < t < unlistened[0] + 2.0]  # deaf meanwhile
+    assert [t for t in waits if unlistened[0] + 2.0 <= t <= unlistened[0] + 2.1]  # then again
