@@ -81,6 +81,8 @@ class JobType:
         permanent: tuple[type[BaseException], ...] = (),
         unique: Unique | None = None,
         queue: str | None = None,
+        concurrency: int | None = None,
+        concurrency_key: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
             raise AppError(
@@ -137,6 +139,33 @@ class JobType:
         if queue is not None and (problem := queues.name_error(queue)) is not None:
             raise AppError(f"{name}: queue {queue!r} {problem}")
         self.queue = queue  # None: the default queue
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+        ):
+            raise AppError(
+                f"{name}: concurrency is a whole number of at least 1, got {concurrency!r}"
+            )
+        if concurrency_key is not None:
+            if concurrency is None:
+                raise AppError(f"{name}: concurrency_key needs concurrency= (the limit per key)")
+            fields = self.payload_fields()
+            if not isinstance(concurrency_key, str) or (
+                fields is not None and concurrency_key not in fields
+            ):
+                raise AppError(
+                    f"{name}: concurrency_key {concurrency_key!r} is not a field of its payload"
+                    + (f" (its fields: {', '.join(fields)})" if fields else "")
+                )
+        # at most `concurrency` of its jobs run at once across all workers, per value of the
+        # payload field `concurrency_key` (or in all): leasework/limits.py
+        self.concurrency = concurrency
+        self.concurrency_key = concurrency_key
+
+    def concurrency_spec(self) -> dict[str, Any] | None:
+        """The JSON of its concurrency limit (``job_types.concurrency``), None without one."""
+        if self.concurrency is None:
+            return None
+        return {"limit": self.concurrency, "key": self.concurrency_key}
 
     def __repr__(self) -> str:
         return f"<JobType {self.name}>"
@@ -263,6 +292,8 @@ class App:
         schedule: str | None = None,
         unique: Unique | None = None,
         queue: str | None = None,
+        concurrency: int | None = None,
+        concurrency_key: str | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
@@ -273,7 +304,11 @@ class App:
         ``unique`` (a :class:`leasework.Unique`) makes every door answer ``duplicate``, with
         the existing job's id, to a submit of the type whose key a job already holds.
         ``queue`` names the queue its jobs wait in (``default`` when left out; a submit may
-        name another); the queue must exist (``leasework queues create NAME``)."""
+        name another); the queue must exist (``leasework queues create NAME``).
+        ``concurrency`` caps how many of its jobs run at once across all workers: per value
+        of the payload field ``concurrency_key`` when given (one running job per customer:
+        ``concurrency=1, concurrency_key="customer_id"``), else in all. A job over it waits,
+        spending no attempt, while jobs of other keys run."""
 
         def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
             job_type = JobType(
@@ -286,6 +321,8 @@ class App:
                 permanent=permanent,
                 unique=unique,
                 queue=queue,
+                concurrency=concurrency,
+                concurrency_key=concurrency_key,
             )
             self.add(job_type)
             if schedule is not None:
@@ -387,6 +424,7 @@ class App:
                 "description": t.description,
                 "unique_policy": t.unique.spec() if t.unique is not None else None,
                 "queue": t.queue,
+                "concurrency": t.concurrency_spec(),
             }
             for t in self
         ]

@@ -8,10 +8,14 @@ demonstration. Load it like any user app: ``LEASEWORK_APP=leasework.demo:app``.
 * ``ledger``: writes one row to ``effects`` through the fenced transaction, after an optional
   sleep: the chaos checker counts these rows.
 * ``echo``: returns its payload as the job's result.
+* ``keyed``: at most two run at once per ``key`` across all workers; sleeps ``seconds``,
+  then writes an effect row saying when its handler began (the limits' chaos checker reads
+  each effect's span: from that instant to the row's commit).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import trio
@@ -89,3 +93,18 @@ async def notify(ctx: JobContext, payload: Any) -> Any:
     """Waits in the ``emails`` queue (its own Kafka topic and consumer group, served by the
     demo's workers beside ``default``); returns its payload."""
     return payload
+
+
+class Keyed(BaseModel):
+    key: str = Field(max_length=200)
+    seconds: float = Field(0.0, ge=0, le=3600)
+
+
+@app.job("keyed", concurrency=2, concurrency_key="key")
+async def keyed(ctx: JobContext, payload: Keyed) -> None:
+    """At most two run at once per ``key``; sleeps, then writes one fenced effect row."""
+    began = time.time()
+    if payload.seconds:
+        await trio.sleep(payload.seconds)
+    data = {"attempt": ctx.attempt, "worker": ctx.worker, "key": payload.key, "began": began}
+    ctx.fenced(lambda conn: effect_insert(conn, ctx, "keyed", data))

@@ -78,6 +78,10 @@ relay_publish_failures = Counter(
     "leasework_relay_publish_failures", "Outbox rows Kafka did not acknowledge (kept, retried)"
 )
 promoted = Counter("leasework_jobs_promoted", "Due scheduled or failed jobs queued")
+limit_released = Counter(
+    "leasework_jobs_limit_released",
+    "Jobs held by a full concurrency limit queued again once it had room",
+)
 schedule_ticks_fired = Counter(
     "leasework_schedule_ticks_fired",
     "Schedule ticks that inserted their job (source: cron on time, catch_up late)",

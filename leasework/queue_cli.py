@@ -15,19 +15,34 @@ from confluent_kafka import KafkaException
 
 from leasework import config
 from leasework.operations import Actor
-from leasework.queue_ops import QueueError, QueueState, ensure_queues, queues_list, set_paused
+from leasework.queue_ops import (
+    QueueError,
+    QueueState,
+    ensure_queues,
+    queues_list,
+    set_concurrency,
+    set_paused,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "queues",
-        help="list the queues (waiting, running, oldest waiting, throughput, paused); "
-        "`queues create|pause|resume NAME`",
+        help="list the queues (waiting, running, oldest waiting, throughput, paused, limit); "
+        "`queues create|pause|resume NAME`, `queues limit NAME N|none`",
     )
     p.add_argument(
-        "action", nargs="?", choices=("list", "create", "pause", "resume"), default="list"
+        "action",
+        nargs="?",
+        choices=("list", "create", "pause", "resume", "limit"),
+        default="list",
     )
-    p.add_argument("name", nargs="?", help="the queue to create, pause or resume")
+    p.add_argument("name", nargs="?", help="the queue to create, pause, resume or limit")
+    p.add_argument(
+        "value",
+        nargs="?",
+        help="limit: at most this many of its jobs run at once across all workers (none: no cap)",
+    )
     p.add_argument("--json", action="store_true", help="print the list as JSON")
 
 
@@ -44,6 +59,10 @@ def table(states: list[QueueState]) -> str:
     ]
     for s in states:
         state = "active" if s.paused_at is None else f"paused by {s.paused_by}, {s.held} held"
+        if s.concurrency is not None:
+            state += f", at most {s.concurrency} running"
+        if s.limited:
+            state += f", {s.limited} held by limits"
         lines.append(
             f"{s.name:<24} {s.waiting:>8} {s.running:>8} "
             f"{_age(s.oldest_waiting_seconds):>15} {s.throughput:>8.2f}  {state}"
@@ -76,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
                 return 0
             if args.action in ("pause", "resume"):
                 return toggle(conn, args.name, args.action == "pause")
+            if args.action == "limit":
+                return limit(conn, args.name, args.value)
             states = queues_list(conn)
     except (QueueError, KafkaException) as exc:
         print(f"leasework queues: {exc}", file=sys.stderr)
@@ -109,11 +130,7 @@ def toggle(conn: psycopg.Connection, name: str, paused: bool) -> int:
     with conn.transaction():
         done = set_paused(conn, name, paused, Actor(_user(), "cli"))
     if done.queue is None:
-        print(
-            f"leasework queues: no queue is named {name!r}; `leasework queues` lists them",
-            file=sys.stderr,
-        )
-        return 1
+        return no_such_queue(name)
     if not done.changed:
         print(f"queue {name}: {'paused' if paused else 'not paused'} already")
     elif paused:
@@ -121,3 +138,33 @@ def toggle(conn: psycopg.Connection, name: str, paused: bool) -> int:
     else:
         print(f"queue {name}: resumed; {done.released} held job(s) due now")
     return 0
+
+
+def limit(conn: psycopg.Connection, name: str, value: str | None) -> int:
+    """``limit NAME N|none``: 2 for a value that is no cap, 1 when there is no such queue."""
+    try:
+        cap = None if value is not None and value.lower() == "none" else int(value or "")
+        if cap is not None and cap < 1:
+            raise ValueError
+    except ValueError:
+        print(
+            f"leasework queues limit: give a whole number of at least 1 or none, e.g. "
+            f"`leasework queues limit {name} 5` (got {value!r})",
+            file=sys.stderr,
+        )
+        return 2
+    with conn.transaction():
+        done = set_concurrency(conn, name, cap, Actor(_user(), "cli"))
+    if done.queue is None:
+        return no_such_queue(name)
+    said = "no cap" if cap is None else f"at most {cap} of its jobs running at once"
+    print(f"queue {name}: {said}" + ("" if done.changed else " already"))
+    return 0
+
+
+def no_such_queue(name: str) -> int:
+    print(
+        f"leasework queues: no queue is named {name!r}; `leasework queues` lists them",
+        file=sys.stderr,
+    )
+    return 1

@@ -130,6 +130,10 @@ class QueueState:
     paused_at: datetime | None = None
     paused_by: str | None = None
     held: int = 0
+    # a cap on its jobs running at once across all workers (None: none), and the jobs a claim
+    # found over a concurrency limit (the queue's or their type's), held until a slot frees
+    concurrency: int | None = None
+    limited: int = 0
 
     @property
     def throughput(self) -> float:
@@ -148,6 +152,8 @@ class QueueState:
             "paused_at": None if self.paused_at is None else self.paused_at.isoformat(),
             "paused_by": self.paused_by,
             "held": self.held,
+            "concurrency": self.concurrency,
+            "limited": self.limited,
         }
 
 
@@ -163,8 +169,10 @@ def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[Queue
                                        OR (status IN ('scheduled', 'failed')
                                            AND run_at <= now())) AS waiting,
                       count(*) FILTER (WHERE status = 'running') AS running,
-                      count(*) FILTER (WHERE status = 'scheduled'
+                      count(*) FILTER (WHERE status = 'scheduled' AND held_for IS NULL
                                        AND run_at = %(held_until)s) AS held,
+                      count(*) FILTER (WHERE status = 'scheduled'
+                                       AND held_for IS NOT NULL) AS limited,
                       extract(epoch FROM now() - min(run_at) FILTER (
                           WHERE status = 'queued' OR (status IN ('scheduled', 'failed')
                                                       AND run_at <= now())))::float8 AS oldest
@@ -175,7 +183,8 @@ def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[Queue
                WHERE finished_at > now() - interval '5 minutes'
                  AND status = ANY(%(terminal)s::text[])
                GROUP BY queue)
-           SELECT q.name, q.created_at, q.paused_at, q.paused_by,
+           SELECT q.name, q.created_at, q.paused_at, q.paused_by, q.concurrency,
+                  coalesce(l.limited, 0) AS limited,
                   coalesce(l.waiting, 0) AS waiting, coalesce(l.running, 0) AS running,
                   coalesce(l.held, 0) AS held, l.oldest, coalesce(d.n, 0) AS finished
            FROM queues q LEFT JOIN live l ON l.queue = q.name
@@ -200,6 +209,8 @@ def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[Queue
             r["paused_at"],
             r["paused_by"],
             int(r["held"]),
+            r["concurrency"],
+            int(r["limited"]),
         )
         for r in rows
     ]
@@ -245,7 +256,8 @@ def set_paused(conn: psycopg.Connection, name: str, paused: bool, actor: Actor) 
             if not paused:
                 released = cur.execute(
                     "UPDATE jobs SET run_at = now(), updated_at = now() "
-                    "WHERE queue = %s AND status = 'scheduled' AND run_at = %s",
+                    "WHERE queue = %s AND status = 'scheduled' AND run_at = %s "
+                    "AND held_for IS NULL",
                     (name, HELD_UNTIL),
                 ).rowcount
             detail = (
@@ -267,3 +279,30 @@ def paused_queues(conn: psycopg.Connection) -> set[str]:
     """The names of the paused queues (every worker reads it every half second)."""
     with conn.cursor(row_factory=tuple_row) as cur:
         return {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused_at IS NOT NULL")}
+
+
+def set_concurrency(
+    conn: psycopg.Connection, name: str, limit: int | None, actor: Actor
+) -> QueueToggled:
+    """Cap how many of queue ``name``'s jobs run at once across all workers (None: no cap),
+    in the caller's transaction, audited. Claims count against it from their next stamp; a
+    lower cap stops no running job (they finish), a higher one or none lets the relay
+    release held jobs at its next pass."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise QueueError(f"a queue's concurrency is a whole number of at least 1, got {limit!r}")
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(
+            "SELECT concurrency FROM queues WHERE name = %s FOR UPDATE", (name,)
+        ).fetchone()
+        if row is None:
+            return QueueToggled(None, False)
+        if row[0] != limit:
+            cur.execute("UPDATE queues SET concurrency = %s WHERE name = %s", (limit, name))
+            operators.audit_add(
+                conn,
+                actor.name,
+                "queue-concurrency",
+                f"queue:{name}",
+                {"via": actor.via, "from": row[0], "to": limit},
+            )
+    return QueueToggled(queues_list(conn, name)[0], row[0] != limit)

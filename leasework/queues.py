@@ -23,8 +23,12 @@ NAME_RULE = (
 # the advisory lock a claim's stamp holds shared and a queue's pause exclusively (migration
 # 0013): no job starts once a pause has committed
 PAUSE_LOCK = (7305005, 0)
-# the run_at of a job held while its queue is paused: never due until the resume makes it due
-# now (a finite time: psycopg cannot read 'infinity' into a datetime)
+# the advisory lock class of a concurrency limit (migration 0014): a claim's stamp holds
+# (LIMIT_LOCK, hashtext(limit)) for each limit of its batch while it counts and starts
+LIMIT_LOCK = 7305006
+# the run_at of a job held while its queue is paused (never due until the resume makes it due
+# now) or while a concurrency limit is full (until the relay releases it); a finite time:
+# psycopg cannot read 'infinity' into a datetime
 HELD_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
 
 

@@ -141,6 +141,15 @@ QUEUE_SCHEMA = {
             "type": "integer",
             "description": "jobs a worker had fetched when it was paused, held until resumed",
         },
+        "concurrency": {
+            "type": ["integer", "null"],
+            "description": "at most this many of its jobs run at once across all workers",
+        },
+        "limited": {
+            "type": "integer",
+            "description": "jobs held by a full concurrency limit (the queue's or their "
+            "type's), released as slots free up",
+        },
     },
 }
 _QUEUE_NAME = {
@@ -151,28 +160,32 @@ _QUEUE_NAME = {
 }
 
 
+def _queue_changed(**extra: Any) -> dict:
+    """A queue as an operation on it answers: the listed queue, ``changed`` and ``extra``."""
+    return {
+        "allOf": [
+            QUEUE_SCHEMA,
+            {
+                "type": "object",
+                "required": ["changed"],
+                "properties": {"changed": {"type": "boolean"}, **extra},
+            },
+        ]
+    }
+
+
 def _toggle_queue(summary: str, changed: str) -> dict:
     return {
         "summary": summary,
         "parameters": [_QUEUE_NAME],
         "responses": {
             "200": json_response(
-                {
-                    "allOf": [
-                        QUEUE_SCHEMA,
-                        {
-                            "type": "object",
-                            "required": ["changed"],
-                            "properties": {
-                                "changed": {"type": "boolean"},
-                                "released": {
-                                    "type": "integer",
-                                    "description": "held jobs a resume made due again",
-                                },
-                            },
-                        },
-                    ]
-                },
+                _queue_changed(
+                    released={
+                        "type": "integer",
+                        "description": "held jobs a resume made due again",
+                    }
+                ),
                 changed,
             ),
             "404": problem("No queue of that name (`GET /queues` lists them)"),
@@ -196,6 +209,39 @@ def resume_queue() -> dict:
         "while it was paused are due at once",
         "The queue; `changed` is false when it was not paused (not audited)",
     )
+
+
+def set_queue_concurrency() -> dict:
+    """PUT ``/queues/{name}/concurrency``."""
+    return {
+        "summary": "Cap how many of a queue's jobs run at once across all workers (null: no "
+        "cap); jobs over it wait, spending no attempt, and start as slots free up",
+        "parameters": [_QUEUE_NAME],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["concurrency"],
+                        "additionalProperties": False,
+                        "properties": {"concurrency": {"type": ["integer", "null"], "minimum": 1}},
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": json_response(
+                _queue_changed(),
+                "The queue; `changed` is false when it had that cap already (not audited)",
+            ),
+            "400": problem("Malformed JSON"),
+            "404": problem("No queue of that name (`GET /queues` lists them)"),
+            "413": problem("Body too large"),
+            "415": problem("Not application/json"),
+            "422": problem("Invalid fields"),
+        },
+    }
 
 
 def list_queues() -> dict:

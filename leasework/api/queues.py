@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from leasework.api.bodies import invalid, json_body
 from leasework.api.problems import Problem
 from leasework.app import App
 from leasework.db import Database
-from leasework.queue_ops import queues_list, set_paused
+from leasework.errors import FieldError
+from leasework.queue_ops import queues_list, set_concurrency, set_paused
 from leasework.queues import DEFAULT, name_error
 from leasework.submission import JobRequest
 
@@ -100,3 +102,28 @@ async def pause_queue(ctx: ApiContext, name: str) -> dict[str, Any]:
 async def resume_queue(ctx: ApiContext, name: str) -> dict[str, Any]:
     """``POST /queues/{name}/resume``: its held jobs due at once."""
     return await _toggle(ctx, name, False)
+
+
+def concurrency_body(body: Any) -> int | None:
+    """The cap a ``PUT /queues/{name}/concurrency`` body sets: ``{"concurrency": n}`` with a
+    whole number of at least 1, or null for none."""
+    if not isinstance(body, dict) or set(body) != {"concurrency"}:
+        raise invalid([FieldError("concurrency", 'send exactly {"concurrency": n or null}')])
+    value = body["concurrency"]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise invalid([FieldError("concurrency", "a whole number of at least 1, or null")])
+    return value
+
+
+async def set_queue_concurrency(ctx: ApiContext, name: str) -> dict[str, Any]:
+    """``PUT /queues/{name}/concurrency``: ``changed`` false when it had that cap already."""
+    from leasework.api.context import caller  # (the context module imports this one)
+
+    limit = await json_body(ctx.limits.small, concurrency_body)
+    if name_error(name) is not None:
+        raise no_such_queue(name)
+    who = caller()
+    done = await ctx.db.run(lambda conn: set_concurrency(conn, name, limit, who))
+    if done.queue is None:
+        raise no_such_queue(name)
+    return {**done.queue.to_dict(), "changed": done.changed}

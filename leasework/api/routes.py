@@ -46,6 +46,8 @@ ROUTES: tuple[Route, ...] = (
           openapi_operators.pause_queue),
     Route("POST", "/queues/{name}/resume", queues.resume_queue, "cancel", "resume_queue",
           openapi_operators.resume_queue),
+    Route("PUT", "/queues/{name}/concurrency", queues.set_queue_concurrency, "cancel",
+          "set_queue_concurrency", openapi_operators.set_queue_concurrency),
     # recurring schedules (leasework/api/schedules.py): reading them needs read; changing
     # them needs cancel, the scope of the operators' other changes (cancel, retry)
     Route("GET", "/schedules", schedules.list_schedules, "read", "list_schedules",

@@ -49,9 +49,14 @@ class Promoter:
         self.config = config
 
     async def run_once(self) -> Promoted:
-        """Queue one batch of due jobs; returns how many."""
+        """Queue one batch of due jobs, and the jobs held by concurrency limits that have
+        room now; returns how many."""
         queued = await self.db.run(store.jobs_promote_due, self.config.batch, self.config.topic)
         metrics.promoted.inc(queued)
+        released = await self.db.run(
+            store.jobs_release_limited, self.config.batch, self.config.topic
+        )
+        metrics.limit_released.inc(released)
         return Promoted(queued, self.config.batch)
 
     async def run(self) -> None:

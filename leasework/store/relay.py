@@ -74,6 +74,52 @@ def jobs_promote_due(conn: psycopg.Connection, limit: int, topic: str) -> int:
     return int(row["n"])
 
 
+# The jobs held by each full concurrency limit (migration 0014), released oldest first as
+# its slots free up: as many as the limit has room for, less the released jobs not yet
+# claimed. A limit that no longer exists (its policy or the queue's cap removed) releases
+# all of its jobs; a paused queue's are left for its resume.
+RELEASE_LIMITED = f"""
+WITH waiting AS (
+    SELECT held_for, count(*) FILTER (WHERE status = 'queued') AS released
+      FROM jobs WHERE held_for IS NOT NULL AND status IN ('scheduled', 'queued')
+     GROUP BY held_for),
+room AS (
+    SELECT w.held_for,
+           CASE WHEN w.held_for LIKE '@%%' THEN
+                    q.concurrency - (SELECT count(*) FROM jobs r
+                                      WHERE r.status = 'running' AND r.queue = q.name)
+                ELSE (t.concurrency->>'limit')::integer
+                     - (SELECT count(*) FROM jobs r
+                         WHERE r.status = 'running' AND r.limit_key = w.held_for)
+           END - w.released AS free
+      FROM waiting w
+      LEFT JOIN queues q ON w.held_for = '@' || q.name
+      LEFT JOIN job_types t ON w.held_for NOT LIKE '@%%'
+                           AND t.name = split_part(w.held_for, '/', 1)),
+picked AS (
+    SELECT x.id FROM room CROSS JOIN LATERAL (
+        SELECT h.id FROM jobs h
+         WHERE h.held_for = room.held_for AND h.status = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM queues p
+                           WHERE p.name = h.queue AND p.paused_at IS NOT NULL)
+         ORDER BY h.created_at LIMIT least(coalesce(room.free, %(limit)s), %(limit)s)
+         FOR UPDATE OF h SKIP LOCKED) x
+     WHERE coalesce(room.free, 1) > 0),
+released AS (
+    UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
+      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
+    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue),
+wake AS ({ready_outbox_insert("released")} RETURNING 1)
+SELECT count(*) AS n FROM wake"""
+
+
+def jobs_release_limited(conn: psycopg.Connection, limit: int, topic: str) -> int:
+    """Queue again, with their outbox rows, up to ``limit`` per limit of the jobs a full
+    concurrency limit held, as many as it has room for now. Returns how many."""
+    row = conn.execute(RELEASE_LIMITED, {"limit": limit, "topic": topic}).fetchone()
+    return int(row["n"])
+
+
 def jobs_prune(conn: psycopg.Connection, status: Status, older_than: float, limit: int) -> int:
     """Delete up to ``limit`` jobs that finished ``status`` more than ``older_than`` seconds
     ago, with their outbox rows, attempts and effects (ON DELETE CASCADE). Rows another

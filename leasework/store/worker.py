@@ -4,6 +4,7 @@ deferral, reaping. Every statement takes a whole batch; every row keeps its own 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -12,7 +13,7 @@ from leasework.context import Effect
 from leasework.db import savepoint
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
-from leasework.queues import HELD_UNTIL, PAUSE_LOCK
+from leasework.queues import HELD_UNTIL, LIMIT_LOCK, PAUSE_LOCK
 from leasework.states import TERMINAL, Status, transition
 from leasework.store.common import JOB_COLUMNS, dead_letter_outbox_insert
 
@@ -27,54 +28,129 @@ def jobs_get_many(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list[Jo
     return [Job.from_row(r) for r in rows]
 
 
+# Every limit a claim's batch touches, locked in one order (LIMIT_LOCK, hash of the limit's
+# name): its types' limit keys and its limited queues ('@' and the name). Its own statement,
+# so that the stamp's statement, begun after, counts what every earlier stamp of those
+# limits committed.
+STAMP_LOCKS = """
+SELECT count(pg_advisory_xact_lock(%(lock)s, l.h)) AS n FROM (
+    SELECT DISTINCT hashtext(k.name) AS h FROM (
+        SELECT leasework_limit_key(j.type, j.payload, t.concurrency) AS name
+          FROM jobs j JOIN job_types t ON t.name = j.type AND t.concurrency IS NOT NULL
+         WHERE j.id = ANY(%(ids)s::uuid[])
+        UNION ALL
+        SELECT '@' || q.name FROM queues q
+         WHERE q.concurrency IS NOT NULL
+           AND q.name IN (SELECT j.queue FROM jobs j WHERE j.id = ANY(%(ids)s::uuid[]))
+    ) k ORDER BY 1 OFFSET 0) l"""
+
+STAMP = f"""
+WITH claim AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS c(id, fence)),
+candidate AS (
+    SELECT c.id, c.fence, j.queue, q.concurrency AS queue_limit,
+           coalesce(q.paused_at IS NOT NULL, false) AS paused,
+           leasework_limit_key(j.type, j.payload, t.concurrency) AS limit_key,
+           (t.concurrency->>'limit')::integer AS key_limit
+    FROM claim c
+    -- "IS TRUE": not a condition the status index can serve, so each row is found by its
+    -- primary key. Asked as a plain condition, the planner took the status index whenever
+    -- its statistics said few jobs were queued, and under a backlog read every queued job
+    -- for every claim (just bench's batch row: twice the CPU per job)
+    JOIN jobs j ON j.id = c.id AND (j.status = 'queued') IS TRUE AND j.fence < c.fence
+    LEFT JOIN job_types t ON t.name = j.type AND t.concurrency IS NOT NULL
+    LEFT JOIN queues q ON q.name = j.queue),
+load AS (
+    -- the running jobs of each limit with this batch's jobs before it added, in id order
+    SELECT candidate.*,
+           CASE WHEN limit_key IS NOT NULL THEN
+               row_number() OVER (PARTITION BY limit_key ORDER BY id)
+               + (SELECT count(*) FROM jobs r
+                   WHERE r.limit_key = candidate.limit_key AND r.status = 'running')
+           END AS key_load,
+           CASE WHEN queue_limit IS NOT NULL THEN
+               row_number() OVER (PARTITION BY queue ORDER BY id)
+               + (SELECT count(*) FROM jobs r
+                   WHERE r.queue = candidate.queue AND r.status = 'running')
+           END AS queue_load
+    FROM candidate WHERE NOT paused),
+fits AS (
+    SELECT load.*,
+           CASE WHEN key_load > key_limit THEN limit_key
+                WHEN queue_load > queue_limit THEN '@' || queue END AS over
+    FROM load),
+started AS (
+    UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
+           fence = fits.fence, lease_owner = %(worker)s,
+           lease_expires_at = now() + make_interval(secs => %(ttl)s),
+           started_at = now(), updated_at = now(),
+           limit_key = fits.limit_key, held_for = NULL
+    FROM fits
+    WHERE fits.over IS NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
+      AND jobs.fence < fits.fence
+    RETURNING jobs.*),
+held AS (
+    UPDATE jobs SET status = 'scheduled', run_at = %(until)s, held_for = fits.over,
+           last_error = 'held: over its concurrency limit (' || fits.over
+                        || '); it runs once a slot frees up',
+           updated_at = now()
+    FROM fits
+    WHERE fits.over IS NOT NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
+    RETURNING jobs.*),
+opened AS (
+    INSERT INTO attempts (job_id, attempt, worker, fence)
+    SELECT id, attempt, %(worker)s, fence FROM started)
+SELECT {JOB_COLUMNS} FROM started
+UNION ALL
+SELECT {JOB_COLUMNS} FROM held"""
+
+
+@dataclass(frozen=True)
+class Stamped:
+    """What a claim's stamp did: the jobs it started (``running`` under their fences) and
+    the jobs it held because a concurrency limit was full (``scheduled``, waiting for a
+    slot; no attempt spent)."""
+
+    started: list[Job]
+    held: list[Job]
+
+
 def jobs_start_many(
     conn: psycopg.Connection, claims: list[tuple[uuid.UUID, int]], *, worker: str, ttl: float
-) -> list[Job]:
+) -> Stamped:
     """Stamp a batch of queued jobs ``running``, each under its own fence, and open their
     attempt rows, in one statement. Each row keeps its own condition: still ``queued``, a
     fence above the stored one (Postgres guards monotonicity even if Redis hands out an old
-    token) and its queue not paused. Returns the jobs stamped; the others were not
-    ``queued``, had a stale token or wait in a paused queue.
+    token), its queue not paused, and room under its concurrency limits (its type's key's
+    and its queue's, counted from ``running`` rows). A job over a limit is held instead.
+    The jobs neither started nor held were not ``queued``, had a stale token or wait in a
+    paused queue.
 
-    The pause is read in a statement begun after :data:`PAUSE_LOCK` is held shared (a
-    pause holds it exclusively while it commits), so no job starts once a pause has
-    committed. Both statements go in one round trip (a pipeline)."""
+    Three statements in one round trip (a pipeline): :data:`PAUSE_LOCK` shared (a pause
+    holds it exclusively while it commits, so no job starts once a pause has committed),
+    the batch's limits' locks (:data:`STAMP_LOCKS`), the stamp, which begins after both."""
     if not claims:
-        return []
+        return Stamped([], [])
+    ids = [c[0] for c in claims]
     with conn.pipeline():
         conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", PAUSE_LOCK)
+        conn.execute(STAMP_LOCKS, {"lock": LIMIT_LOCK, "ids": ids})
         cur = conn.execute(
-            f"""WITH claim AS (
-                    SELECT * FROM unnest(%(ids)s::uuid[], %(fences)s::bigint[]) AS c(id, fence)),
-                started AS (
-                    UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
-                           fence = claim.fence, lease_owner = %(worker)s,
-                           lease_expires_at = now() + make_interval(secs => %(ttl)s),
-                           started_at = now(), updated_at = now()
-                    FROM claim
-                    -- "IS TRUE": not a condition the status index can serve, so each row
-                    -- is found by its primary key. Asked as a plain condition, the planner
-                    -- took the status index whenever its statistics said few jobs were
-                    -- queued, and under a backlog read every queued job for every claim
-                    -- (just bench's batch row: twice the CPU per job)
-                    WHERE jobs.id = claim.id AND (jobs.status = 'queued') IS TRUE
-                      AND jobs.fence < claim.fence
-                      AND NOT EXISTS (SELECT 1 FROM queues q
-                                      WHERE q.name = jobs.queue AND q.paused_at IS NOT NULL)
-                    RETURNING jobs.*),
-                opened AS (
-                    INSERT INTO attempts (job_id, attempt, worker, fence)
-                    SELECT id, attempt, %(worker)s, fence FROM started)
-                SELECT {JOB_COLUMNS} FROM started""",
+            STAMP,
             {
-                "ids": [c[0] for c in claims],
+                "ids": ids,
                 "fences": [c[1] for c in claims],
                 "worker": worker,
                 "ttl": ttl,
+                "until": HELD_UNTIL,
             },
         )
         rows = cur.fetchall()
-    return [Job.from_row(r) for r in rows]
+    jobs = [Job.from_row(r) for r in rows]
+    return Stamped(
+        [j for j in jobs if j.status == Status.RUNNING],
+        [j for j in jobs if j.status == Status.SCHEDULED],
+    )
 
 
 HELD = "held: its queue is paused; it runs once the queue is resumed"
@@ -90,7 +166,7 @@ def jobs_hold_paused(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list
     transition(Status.QUEUED, Status.SCHEDULED)
     rows = conn.execute(
         f"""UPDATE jobs SET status = 'scheduled', run_at = %(until)s, last_error = %(why)s,
-                   updated_at = now()
+                   held_for = NULL, updated_at = now()
             WHERE id = ANY(%(ids)s::uuid[]) AND (status = 'queued') IS TRUE  -- (by id)
               AND EXISTS (SELECT 1 FROM queues q
                           WHERE q.name = jobs.queue AND q.paused_at IS NOT NULL)

@@ -57,6 +57,7 @@ class Skip(StrEnum):
     NOT_QUEUED = "not-queued"  # its status is the metric's reason
     DEFERRED = "deferred"
     PAUSED = "paused"  # held until its queue is resumed
+    LIMITED = "limited"  # held until its concurrency limit has room
 
 
 @dataclass(frozen=True)
@@ -122,15 +123,7 @@ class Claimer:
             if claim is None:
                 metrics.lease_conflicts.inc()
                 outcome.retry.append(job_id)  # another worker holds it; it expires by itself
-        stamp = functools.partial(store.jobs_start_many, worker=self.name, ttl=self.ttl)
-        started = {
-            j.id: j for j in await self.db.run(stamp, [(c.job_id, c.fence) for c in won.values()])
-        }
-        refused = [c for job_id, c in won.items() if job_id not in started]
-        for job_id, job in started.items():
-            outcome.started.append(Started(job, won[job_id], claimed_at))
-        if refused:
-            await self.refused(refused, outcome)
+        await self.stamp(won, outcome, claimed_at)
         return outcome
 
     async def claim_woken(self, job_ids: list[uuid.UUID]) -> ClaimResult:
@@ -143,16 +136,31 @@ class Claimer:
         claimed_at = trio.current_time()
         claims = await self.leases.claim_many(job_ids, self.name, self.ttl)
         won = {c.job_id: c for c in claims if c is not None}
+        await self.stamp(won, outcome, claimed_at)
+        return outcome
+
+    async def stamp(self, won: dict[uuid.UUID, Claim], outcome: ClaimResult, at: float) -> None:
+        """Stamp the jobs whose leases were won: started, held by a full concurrency limit
+        (their leases given back; the relay releases them as slots free up), or refused."""
+        if not won:
+            return
         stamp = functools.partial(store.jobs_start_many, worker=self.name, ttl=self.ttl)
-        started = {
-            j.id: j for j in await self.db.run(stamp, [(c.job_id, c.fence) for c in won.values()])
-        }
-        for job_id, job in started.items():
-            outcome.started.append(Started(job, won[job_id], claimed_at))
-        refused = [c for job_id, c in won.items() if job_id not in started]
+        stamped = await self.db.run(stamp, [(c.job_id, c.fence) for c in won.values()])
+        for job in stamped.started:
+            outcome.started.append(Started(job, won[job.id], at))
+        held = [won[job.id] for job in stamped.held]
+        for claim in held:
+            metrics.redeliveries_skipped.labels("limited").inc()
+            outcome.skipped[claim.job_id] = Skip.LIMITED
+        decided = {j.id for j in stamped.started} | {c.job_id for c in held}
+        refused = [c for job_id, c in won.items() if job_id not in decided]
+        if held:
+            try:
+                await self.leases.release_many(held)
+            except Exception:  # noqa: BLE001 - they expire by themselves
+                log.warning("lease release after a held stamp failed")
         if refused:
             await self.refused(refused, outcome)
-        return outcome
 
     async def refused(self, refused: list[Claim], outcome: ClaimResult) -> None:
         """Leases won in Redis whose stamp Postgres refused: the job stopped being ``queued``

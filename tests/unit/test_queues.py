@@ -4,9 +4,11 @@ a submit's, as every door checks and writes them."""
 from __future__ import annotations
 
 import pytest
+from pydantic import BaseModel
 
 from leasework.app import App, AppError
 from leasework.config import ConfigError, load
+from leasework.queue_ops import Actor, QueueError, set_concurrency
 from leasework.queues import consumer_group, name_error, parse_queues, ready_topic
 from leasework.submission import Defaults, JobRequest, insert_row, request_errors
 from leasework.worker.process import served_queues
@@ -76,3 +78,37 @@ def test_a_type_names_a_valid_queue_and_a_submit_may_name_another():
 
 async def _handler(ctx) -> None:
     return None
+
+
+def test_a_queue_concurrency_outside_a_whole_number_is_refused_before_any_write():
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(QueueError, match="whole number"):
+            set_concurrency(None, "emails", bad, Actor("t", "test"))  # type: ignore[arg-type]
+
+
+class Order(BaseModel):
+    customer_id: str
+
+
+def test_a_types_concurrency_limit_is_checked_when_declared_and_registered_as_json():
+    app = App(name="limits")
+
+    @app.job(concurrency=1, concurrency_key="customer_id")
+    async def charge(ctx, payload: Order) -> None: ...
+
+    @app.job(concurrency=3)
+    async def report(ctx) -> None: ...
+
+    rows = {r["name"]: r["concurrency"] for r in app.registry_rows()}
+    assert rows["charge"] == {"limit": 1, "key": "customer_id"}
+    assert rows["report"] == {"limit": 3, "key": None}
+    for bad, why in (
+        ({"concurrency": 0}, "at least 1"),
+        ({"concurrency": True}, "at least 1"),
+        ({"concurrency_key": "customer_id"}, "needs concurrency="),
+        ({"concurrency": 1, "concurrency_key": "nosuch"}, "not a field of its payload"),
+    ):
+        with pytest.raises(AppError, match=why):
+
+            @App(name="bad").job(**bad)
+            async def wrong(ctx, payload: Order) -> None: ...

@@ -376,12 +376,15 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
 async def test_a_promoter_pass_is_a_full_batch_or_the_relay_waits(monkeypatch):
     due = [3]
     monkeypatch.setattr(store, "jobs_promote_due", lambda conn, limit, topic: due[0])
+    # and each pass releases what concurrency limits held (as many as have room)
+    monkeypatch.setattr(store, "jobs_release_limited", lambda conn, limit, topic: 1)
     promoter = Promoter(Db(), PromoterConfig("jobs.ready", batch=3))  # type: ignore[arg-type]
-    before = metrics.promoted._value.get()
+    before = metrics.promoted._value.get(), metrics.limit_released._value.get()
     assert await promoter.run_once() == Promoted(3, 3) and Promoted(3, 3).more_waiting
     due[0] = 2
     assert not (await promoter.run_once()).more_waiting
-    assert metrics.promoted._value.get() - before == 5
+    assert metrics.promoted._value.get() - before[0] == 5
+    assert metrics.limit_released._value.get() - before[1] == 2
     tick = PromoterConfig.from_settings(load("relay", {"LEASEWORK_RELAY_TICK": "250ms"}))
     assert (tick.interval, tick.backoff) == (0.25, Backoff(0.25, 5.0))
 
