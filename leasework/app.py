@@ -38,6 +38,7 @@ from leasework import queues
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
+from leasework.rates import Rate, parse_rate
 from leasework.schedule import DEFAULT_GRACE, CatchUp, Definition, Overlap, ScheduleError
 from leasework.unique import Unique, fields_errors, schema_properties
 
@@ -83,6 +84,9 @@ class JobType:
         queue: str | None = None,
         concurrency: int | None = None,
         concurrency_key: str | None = None,
+        rate: str | None = None,
+        rate_burst: int = 1,
+        rate_key: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
             raise AppError(
@@ -148,18 +152,29 @@ class JobType:
         if concurrency_key is not None:
             if concurrency is None:
                 raise AppError(f"{name}: concurrency_key needs concurrency= (the limit per key)")
-            fields = self.payload_fields()
-            if not isinstance(concurrency_key, str) or (
-                fields is not None and concurrency_key not in fields
-            ):
-                raise AppError(
-                    f"{name}: concurrency_key {concurrency_key!r} is not a field of its payload"
-                    + (f" (its fields: {', '.join(fields)})" if fields else "")
-                )
+            self._check_key_field("concurrency_key", concurrency_key)
         # at most `concurrency` of its jobs run at once across all workers, per value of the
         # payload field `concurrency_key` (or in all): leasework/limits.py
         self.concurrency = concurrency
         self.concurrency_key = concurrency_key
+        self.rate: Rate | None = None
+        if rate is not None:
+            try:
+                self.rate = parse_rate(rate, rate_burst, rate_key)
+            except ValueError as exc:
+                raise AppError(f"{name}: {exc}") from None
+        elif rate_key is not None or rate_burst != 1:
+            raise AppError(f'{name}: rate_key and rate_burst need rate= (e.g. rate="10/s")')
+        if rate_key is not None:
+            self._check_key_field("rate_key", rate_key)
+
+    def _check_key_field(self, option: str, field: object) -> None:
+        fields = self.payload_fields()
+        if not isinstance(field, str) or (fields is not None and field not in fields):
+            raise AppError(
+                f"{self.name}: {option} {field!r} is not a field of its payload"
+                + (f" (its fields: {', '.join(fields)})" if fields else "")
+            )
 
     def concurrency_spec(self) -> dict[str, Any] | None:
         """The JSON of its concurrency limit (``job_types.concurrency``), None without one."""
@@ -294,6 +309,9 @@ class App:
         queue: str | None = None,
         concurrency: int | None = None,
         concurrency_key: str | None = None,
+        rate: str | None = None,
+        rate_burst: int = 1,
+        rate_key: str | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
@@ -308,7 +326,11 @@ class App:
         ``concurrency`` caps how many of its jobs run at once across all workers: per value
         of the payload field ``concurrency_key`` when given (one running job per customer:
         ``concurrency=1, concurrency_key="customer_id"``), else in all. A job over it waits,
-        spending no attempt, while jobs of other keys run."""
+        spending no attempt, while jobs of other keys run. ``rate`` (``"10/s"``, ``"100/m"``,
+        ``"5/h"``) caps how many of its jobs start per second, minute or hour across all
+        workers, per value of the payload field ``rate_key`` when given, with up to
+        ``rate_burst`` at once after a quiet spell; a job over it waits for its reserved
+        start, spending no attempt."""
 
         def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
             job_type = JobType(
@@ -323,6 +345,9 @@ class App:
                 queue=queue,
                 concurrency=concurrency,
                 concurrency_key=concurrency_key,
+                rate=rate,
+                rate_burst=rate_burst,
+                rate_key=rate_key,
             )
             self.add(job_type)
             if schedule is not None:
@@ -425,6 +450,7 @@ class App:
                 "unique_policy": t.unique.spec() if t.unique is not None else None,
                 "queue": t.queue,
                 "concurrency": t.concurrency_spec(),
+                "rate": t.rate.spec() if t.rate is not None else None,
             }
             for t in self
         ]

@@ -31,6 +31,11 @@ one :class:`Kind`:
 ``tick_twice``
     a schedule's tick has more than one job (the tick row should have let one insert only):
     the schedule fired twice for one instant. Every job of the tick is named.
+``over_limit``
+    more attempts of a concurrency limit's jobs (its type's, per key) ran at one instant
+    than the limit allows (as the type registers it now): the claim's stamp should have held
+    the job instead. Counted from the attempts' spans, started to finished (a reaped
+    attempt's span ends when the reaper took it back, as its slot did).
 ``unique_twice``
     two jobs of one unique key certainly held it at the same time: an attempt of each ran at
     once, or one ran after the other finished in a state its key holds in. The unique index
@@ -72,6 +77,7 @@ class Kind(StrEnum):
     VANISHED = "vanished"
     TICK_TWICE = "tick_twice"
     UNIQUE_TWICE = "unique_twice"
+    OVER_LIMIT = "over_limit"
 
 
 # what each kind means for an operator, in a line (the report's and the console's legend)
@@ -86,6 +92,7 @@ MEANING: dict[Kind, str] = {
     Kind.VANISHED: "deleted, not by the pruner (recorded by the delete itself)",
     Kind.TICK_TWICE: "one tick of a schedule, more than one job",
     Kind.UNIQUE_TWICE: "held its unique key at the same time as another job",
+    Kind.OVER_LIMIT: "ran while its concurrency limit was already full",
 }
 
 
@@ -102,6 +109,7 @@ class FinishedJob:
     schedule: str | None = None  # the schedule and tick it was fired for, if any
     tick_at: datetime | None = None
     unique_key: bytes | None = None  # its unique key, if it asked for one
+    limit_key: str | None = None  # the concurrency limit it ran under, if its type has one
 
 
 @dataclass(frozen=True)
@@ -283,6 +291,61 @@ def check_unique_keys(jobs: Iterable[FinishedJob], key_jobs: Iterable[KeyJob]) -
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class LimitSpan:
+    """An attempt of a job that ran under a concurrency limit: started, finished (None:
+    still running)."""
+
+    job_id: uuid.UUID
+    limit_key: str
+    started: datetime
+    finished: datetime | None
+
+
+def most_at_once(mine: LimitSpan, spans: Iterable[LimitSpan]) -> int:
+    """The most of ``spans`` (its limit's attempts, ``mine`` among them) running at one
+    instant while ``mine`` ran: the count peaks where one of them starts."""
+    spans = list(spans)
+    points = [s.started for s in spans if _overlap((s.started, s.started), _span(mine))]
+    points.append(mine.started)
+    return max(
+        sum(1 for s in spans if s.started <= p and (s.finished is None or p < s.finished))
+        for p in points
+    )
+
+
+def _span(s: LimitSpan) -> tuple[datetime, datetime | None]:
+    return (s.started, s.finished)
+
+
+def check_limits(
+    jobs: Iterable[FinishedJob], spans: Iterable[LimitSpan], limits: Mapping[str, int]
+) -> list[Violation]:
+    """Each finished job with a limit key one of whose attempts ran while more attempts of
+    its key were running than its type's limit (``limits``, by type) allows. ``spans``:
+    every attempt of the jobs of those keys that may overlap."""
+    of: dict[str, list[LimitSpan]] = {}
+    for s in spans:
+        of.setdefault(s.limit_key, []).append(s)
+    found = []
+    for job in jobs:
+        limit = limits.get((job.limit_key or "").split("/", 1)[0])
+        if job.limit_key is None or limit is None:
+            continue
+        key_spans = of.get(job.limit_key, [])
+        most = max((most_at_once(m, key_spans) for m in key_spans if m.job_id == job.id), default=0)
+        if most > limit:
+            found.append(
+                Violation(
+                    Kind.OVER_LIMIT,
+                    job.id,
+                    f"ran while {most} attempts of its limit {job.limit_key} ran at once; its "
+                    f"limit is {limit}",
+                )
+            )
+    return found
+
+
 def overdue_lease(job_id: uuid.UUID, overdue_seconds: float, owner: str | None) -> Violation:
     return Violation(
         Kind.OVERDUE_LEASE,
@@ -356,6 +419,7 @@ def finished_job(row: Mapping[str, Any]) -> FinishedJob:
         schedule=row.get("schedule"),
         tick_at=row.get("tick_at"),
         unique_key=bytes(row["unique_key"]) if row.get("unique_key") is not None else None,
+        limit_key=row.get("limit_key"),
     )
 
 

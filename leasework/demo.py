@@ -11,6 +11,8 @@ demonstration. Load it like any user app: ``LEASEWORK_APP=leasework.demo:app``.
 * ``keyed``: at most two run at once per ``key`` across all workers; sleeps ``seconds``,
   then writes an effect row saying when its handler began (the limits' chaos checker reads
   each effect's span: from that instant to the row's commit).
+* ``rated``: at most five start per second per ``key`` across all workers; writes an
+  effect row saying when its handler began.
 """
 
 from __future__ import annotations
@@ -108,3 +110,16 @@ async def keyed(ctx: JobContext, payload: Keyed) -> None:
         await trio.sleep(payload.seconds)
     data = {"attempt": ctx.attempt, "worker": ctx.worker, "key": payload.key, "began": began}
     ctx.fenced(lambda conn: effect_insert(conn, ctx, "keyed", data))
+
+
+class Rated(BaseModel):
+    key: str = Field(max_length=200)
+
+
+@app.job("rated", rate="5/s", rate_key="key")
+async def rated(ctx: JobContext, payload: Rated) -> None:
+    """At most five start per second per ``key``; writes one fenced effect row saying when
+    its handler began."""
+    began = time.time()
+    data = {"attempt": ctx.attempt, "worker": ctx.worker, "key": payload.key, "began": began}
+    ctx.fenced(lambda conn: effect_insert(conn, ctx, "rated", data))

@@ -56,6 +56,8 @@ class Job:
     unique_states: int | None = None
     # the named queue it waits in (leasework.queues): its Kafka topic and its workers
     queue: str = "default"
+    # the start a rate limit reserved for it (leasework.rates), until the stamp starts it
+    rate_slot_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

@@ -78,6 +78,10 @@ relay_publish_failures = Counter(
     "leasework_relay_publish_failures", "Outbox rows Kafka did not acknowledge (kept, retried)"
 )
 promoted = Counter("leasework_jobs_promoted", "Due scheduled or failed jobs queued")
+rate_waits = Counter(
+    "leasework_jobs_rate_waits",
+    "Claimed jobs that wait for the later start their type's rate limit reserved them",
+)
 limit_released = Counter(
     "leasework_jobs_limit_released",
     "Jobs held by a full concurrency limit queued again once it had room",

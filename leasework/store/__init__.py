@@ -52,6 +52,8 @@ from leasework.store.worker import (
     jobs_reap_many,
     jobs_start_many,
     jobs_unfence_many,
+    jobs_wait_rate,
+    rate_floors,
 )
 
 __all__ = [
@@ -85,6 +87,8 @@ __all__ = [
     "jobs_reap_many",
     "jobs_retry_matching",
     "jobs_start_many",
+    "jobs_wait_rate",
+    "rate_floors",
     "jobs_unfence_many",
     "outbox_fetch",
     "outbox_pending",

@@ -15,9 +15,11 @@ from leasework.audit import (
     AttemptRow,
     FinishedJob,
     Kind,
+    LimitSpan,
     Violation,
     attempt_row,
     check_finished,
+    check_limits,
     check_ticks,
     check_unique_keys,
     finished_job,
@@ -84,7 +86,7 @@ def finished_since(
     Through ``jobs_finished_idx``: the cost follows the batch, not the table."""
     rows = conn.execute(
         """SELECT id, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
-                  unique_key FROM jobs
+                  unique_key, limit_key FROM jobs
            WHERE status = ANY(%(terminal)s::text[])
              AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
              AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz)
@@ -145,7 +147,44 @@ def finished_violations(
             ([r["id"] for r in rows],),
         ).fetchall()
         found += check_unique_keys(keyed, key_jobs(rows, spans))
+    limited = [j for j in jobs if j.limit_key is not None]
+    if limited:
+        found += check_limits(limited, limit_spans(conn, limited), type_limits(conn))
     return found
+
+
+def limit_spans(conn: psycopg.Connection, limited: list[FinishedJob]) -> list[LimitSpan]:
+    """The attempts of every job of the limits of ``limited`` that may overlap theirs
+    (through jobs_limit_key_idx, migration 0015: created before the last of theirs finished,
+    not finished before the first of theirs started)."""
+    own = conn.execute(
+        "SELECT min(started_at) AS lo, max(finished_at) AS hi FROM attempts "
+        "WHERE job_id = ANY(%s::uuid[])",
+        ([j.id for j in limited],),
+    ).fetchone()
+    if own["lo"] is None:
+        return []
+    rows = conn.execute(
+        """SELECT a.job_id, j.limit_key, a.started_at, a.finished_at
+           FROM jobs j JOIN attempts a ON a.job_id = j.id
+           WHERE j.limit_key = ANY(%(keys)s) AND j.created_at <= %(hi)s
+             AND (j.finished_at IS NULL OR j.finished_at >= %(lo)s)""",
+        {"keys": sorted({j.limit_key for j in limited}), "lo": own["lo"], "hi": own["hi"]},
+    ).fetchall()
+    return [
+        LimitSpan(r["job_id"], r["limit_key"], r["started_at"], r["finished_at"])
+        for r in rows
+        if r["started_at"] is not None
+    ]
+
+
+def type_limits(conn: psycopg.Connection) -> dict[str, int]:
+    """Each type's concurrency limit as registered now."""
+    rows = conn.execute(
+        "SELECT name, (concurrency->>'limit')::integer AS n FROM job_types "
+        "WHERE concurrency IS NOT NULL"
+    ).fetchall()
+    return {r["name"]: int(r["n"]) for r in rows if r["n"] is not None}
 
 
 def waiting_violations(

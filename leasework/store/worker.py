@@ -84,7 +84,7 @@ started AS (
            fence = fits.fence, lease_owner = %(worker)s,
            lease_expires_at = now() + make_interval(secs => %(ttl)s),
            started_at = now(), updated_at = now(),
-           limit_key = fits.limit_key, held_for = NULL
+           limit_key = fits.limit_key, held_for = NULL, rate_slot_at = NULL
     FROM fits
     WHERE fits.over IS NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
       AND jobs.fence < fits.fence
@@ -174,6 +174,50 @@ def jobs_hold_paused(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list
         {"ids": job_ids, "why": HELD, "until": HELD_UNTIL},
     ).fetchall()
     return [Job.from_row(r) for r in rows]
+
+
+def jobs_wait_rate(
+    conn: psycopg.Connection, waits: list[tuple[uuid.UUID, str, int, int, str]]
+) -> list[uuid.UUID]:
+    """Queued jobs whose rate limit reserved them a later start wait for it: ``scheduled``,
+    due a little before it, carrying the reservation (``rate_key``, ``rate_slot_at``) so
+    that their next claim waits out the rest and starts them without asking again; no
+    attempt spent, no deferral counted. ``waits``: (job id, limit key, start and due time in
+    ms since the epoch, why). Returns the ids written (jobs no longer queued are left
+    alone)."""
+    if not waits:
+        return []
+    transition(Status.QUEUED, Status.SCHEDULED)
+    rows = conn.execute(
+        """UPDATE jobs SET status = 'scheduled', run_at = w.due, rate_key = w.key,
+                  rate_slot_at = w.at, last_error = w.why, updated_at = now()
+           FROM (SELECT id, key, to_timestamp(ms / 1000.0) AS at,
+                        to_timestamp(due / 1000.0) AS due, why
+                 FROM unnest(%s::uuid[], %s::text[], %s::bigint[], %s::bigint[], %s::text[])
+                      AS u(id, key, ms, due, why)) w
+           WHERE jobs.id = w.id AND (jobs.status = 'queued') IS TRUE  -- (by id)
+           RETURNING jobs.id""",
+        (
+            [w[0] for w in waits],
+            [w[1] for w in waits],
+            [w[2] for w in waits],
+            [w[3] for w in waits],
+            [w[4] for w in waits],
+        ),
+    ).fetchall()
+    return [r["id"] for r in rows]
+
+
+def rate_floors(conn: psycopg.Connection, keys: list[str]) -> dict[str, int]:
+    """The latest start reserved for a waiting job of each limit of ``keys``, in ms since
+    the epoch (absent: none): where a rate limit whose Redis state was lost starts again."""
+    rows = conn.execute(
+        """SELECT rate_key, (extract(epoch FROM max(rate_slot_at)) * 1000)::bigint AS ms
+           FROM jobs WHERE rate_key = ANY(%s) AND rate_slot_at IS NOT NULL
+           GROUP BY rate_key""",
+        (keys,),
+    ).fetchall()
+    return {r["rate_key"]: int(r["ms"]) for r in rows}
 
 
 def jobs_heartbeat_many(

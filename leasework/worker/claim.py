@@ -22,7 +22,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 import uuid
+from collections.abc import Container
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -36,6 +38,8 @@ from leasework.app import App
 from leasework.db import Database
 from leasework.job import Job
 from leasework.lease import Claim, Leases
+from leasework.ratelimit import RateLimits
+from leasework.rates import Rate, limit_key
 from leasework.service import Stopping
 from leasework.states import Status
 from leasework.worker.consumer import Consumed, unexpected
@@ -48,6 +52,13 @@ log = logging.getLogger("leasework.worker.claim")
 # jobs of a stream a queue is quiet for moments, and claiming each of its jobs twice over
 # (the wake-up, then the message) cost the one-job-per-transaction door CPU in every process
 IDLE_BEFORE_WAKE = 0.1
+# a rate limit's reserved start this close to now is now (Redis answers in ms)
+RATE_SLACK = 0.005
+# a reserved start at most this far off is waited for in memory, the job's message held
+# (no write); a later one is kept in Postgres, due RATE_LEAD s before it, so that the
+# promoter's passes (every 0.5 s) do not bunch a limit's starts together
+RATE_HOLD = 1.0
+RATE_LEAD = 0.75
 
 
 class Skip(StrEnum):
@@ -58,6 +69,7 @@ class Skip(StrEnum):
     DEFERRED = "deferred"
     PAUSED = "paused"  # held until its queue is resumed
     LIMITED = "limited"  # held until its concurrency limit has room
+    RATE = "rate"  # waiting for the start its rate limit reserved
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,8 @@ class ClaimResult:
     skipped: dict[uuid.UUID, Skip] = field(default_factory=dict)
     retry: list[uuid.UUID] = field(default_factory=list)
     reseeded: bool = False
+    # jobs whose rate limit reserved them a start this many seconds from now: claim them then
+    later: dict[uuid.UUID, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,9 +106,14 @@ class Claimer:
     ttl: float
     retry_base: float
     retry_cap: float
+    # the rate limits' Redis script (None: a claimer of jobs without rate limits only)
+    rates: RateLimits | None = None
 
-    async def claim(self, job_ids: list[uuid.UUID]) -> ClaimResult:
-        """Claim what can be claimed of ``job_ids`` (distinct, in message order). Redis and
+    async def claim(
+        self, job_ids: list[uuid.UUID], reserved: Container[uuid.UUID] = ()
+    ) -> ClaimResult:
+        """Claim what can be claimed of ``job_ids`` (distinct, in message order); those of
+        ``reserved`` have had their rate limits' starts reserved and waited for. Redis and
         Postgres errors propagate: the caller waits and tries again."""
         outcome = ClaimResult()
         unique = list(dict.fromkeys(job_ids))
@@ -114,6 +133,7 @@ class Claimer:
             await self.defer(unknown)
             for job in unknown:
                 outcome.skipped[job.id] = Skip.DEFERRED
+        claimable = await self.wait_for_rates(claimable, jobs, outcome, reserved)
         if not claimable:
             return outcome
         claimed_at = trio.current_time()  # before the claim is sent: a lower bound
@@ -161,6 +181,67 @@ class Claimer:
                 log.warning("lease release after a held stamp failed")
         if refused:
             await self.refused(refused, outcome)
+
+    async def wait_for_rates(
+        self,
+        job_ids: list[uuid.UUID],
+        jobs: dict[uuid.UUID, Job],
+        outcome: ClaimResult,
+        reserved: Container[uuid.UUID] = (),
+    ) -> list[uuid.UUID]:
+        """The jobs of ``job_ids`` that may start now under their types' rate limits.
+
+        A rate-limited job without a reservation gets one (:mod:`leasework.ratelimit`, one
+        script for the batch). A start within :data:`RATE_HOLD` s is waited for here
+        (``outcome.later``: the caller claims the job then, its message held meanwhile); a
+        later one is kept in Postgres (``scheduled``, due :data:`RATE_LEAD` s before it, no
+        attempt spent), and the job's next claim waits out the rest. Jobs of ``reserved``
+        were reserved by this worker already. Redis unreachable raises (the claim waits)."""
+        wall = time.time()
+        rated: list[tuple[Job, str, Rate]] = []
+        for job_id in job_ids:
+            job = jobs[job_id]
+            job_type = self.app.get(job.type)
+            rate = job_type.rate if job_type is not None else None
+            if rate is None or job_id in reserved:
+                continue
+            if job.rate_slot_at is not None:  # reserved: due a little before its start
+                if (wait := job.rate_slot_at.timestamp() - wall) > RATE_SLACK:
+                    outcome.later[job_id] = wait
+                continue
+            rated.append((job, limit_key(job.type, job.payload, rate), rate))
+        if rated:
+            if self.rates is None:
+                raise RuntimeError("a claimer of rate-limited types needs rates=RateLimits(...)")
+            await self.reserve_rates(rated, outcome)
+        return [j for j in job_ids if j not in outcome.skipped and j not in outcome.later]
+
+    async def reserve_rates(self, rated: list[tuple[Job, str, Rate]], outcome: ClaimResult) -> None:
+        assert self.rates is not None
+
+        async def floors(keys: list[str]) -> dict[str, int]:
+            # a limit Redis lost starts after every start reserved for it: those Postgres
+            # keeps, and those a worker may be waiting for in memory (within RATE_HOLD)
+            kept = await self.db.read(store.rate_floors, keys)
+            held = int((time.time() + RATE_HOLD) * 1000)
+            return {k: max(kept.get(k, 0), held) for k in keys}
+
+        reserved = await self.rates.reserve([(key, rate) for _, key, rate in rated], floors)
+        waits = []
+        for (job, key, rate), r in zip(rated, reserved, strict=True):
+            if r.wait <= RATE_SLACK:
+                continue
+            if r.wait <= RATE_HOLD:
+                outcome.later[job.id] = r.wait
+                continue
+            why = f"waiting for its rate limit ({rate}, {key}): to start in {r.wait:.3f}s"
+            due = r.start_ms - int(RATE_LEAD * 1000)
+            waits.append((job.id, key, r.start_ms, due, why))
+        metrics.rate_waits.inc(len(waits) + sum(1 for j, _, _ in rated if j.id in outcome.later))
+        if waits:
+            await self.db.run(store.jobs_wait_rate, waits)
+            for job_id, *_ in waits:
+                outcome.skipped[job_id] = Skip.RATE
 
     async def refused(self, refused: list[Claim], outcome: ClaimResult) -> None:
         """Leases won in Redis whose stamp Postgres refused: the job stopped being ``queued``
@@ -367,13 +448,21 @@ class ClaimStage:
             self.settle(batch.first[job_id])
         for job_id in claimed.retry:
             nursery.start_soon(self.claim_one, batch.first[job_id])
+        for job_id, wait in claimed.later.items():
+            nursery.start_soon(self.claim_later, batch.first[job_id], wait)
 
-    async def claim_one(self, message: Consumed) -> None:
+    async def claim_later(self, message: Consumed, wait: float) -> None:
+        """A job whose rate limit reserved it a start ``wait`` s from now: its message and
+        slot held meanwhile, then claimed as the slow path does, without reserving again."""
+        await trio.sleep(wait)
+        await self.claim_one(message, reserved=True)
+
+    async def claim_one(self, message: Consumed, *, reserved: bool = False) -> None:
         """The slow path of one job the batch could not decide: its message is finished when
         the job is skipped, handed on when it is started, else left for redelivery."""
         handed_on = False
         try:
-            started = await self.claim_alone(message)
+            started = await self.claim_alone(message, reserved=reserved)
             if started is None:
                 self.offsets.finish(message.partition, message.offset)
             else:
@@ -390,18 +479,21 @@ class ClaimStage:
             if not handed_on:
                 self.slots.release()
 
-    async def claim_alone(self, message: Consumed) -> Started | None:
+    async def claim_alone(self, message: Consumed, *, reserved: bool = False) -> Started | None:
         """Claim the message's job again and again until decided (None: skipped): wait while
         another worker holds its lease (it expires by itself), while Redis or Postgres is
-        unreachable, or after a re-seeded fence counter. Raises :class:`Abandoned` once the
-        worker is stopping."""
+        unreachable, after a re-seeded fence counter, or until the start its rate limit
+        reserved (``reserved``: reserved and waited for already). Raises :class:`Abandoned`
+        once the worker is stopping."""
         assert message.job_id is not None
         backoff = 0.2
         while True:
             if self.stopping.is_set():
                 raise Abandoned(str(message.job_id))
             try:
-                claimed = await self.claimer.claim([message.job_id])
+                claimed = await self.claimer.claim(
+                    [message.job_id], reserved=(message.job_id,) if reserved else ()
+                )
             except (redis.RedisError, psycopg.Error) as exc:
                 log.warning(
                     "cannot claim: a dependency is unreachable; waiting",
@@ -414,6 +506,10 @@ class ClaimStage:
                 return claimed.started[0]
             if claimed.skipped:
                 return None
+            if message.job_id in claimed.later:
+                await trio.sleep(claimed.later[message.job_id])
+                reserved = True
+                continue
             if not claimed.reseeded:
                 await trio.sleep(min(self.ttl / 2, backoff))
                 backoff = min(self.ttl / 2, backoff * 2)

@@ -57,6 +57,7 @@ from leasework.lease import Leases
 from leasework.outcomes import RetryDefaults
 from leasework.queue_ops import ensure_queues, paused_queues
 from leasework.queues import DEFAULT, ready_topic
+from leasework.ratelimit import RateLimits
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor
 from leasework.worker.claim import Claimer, ClaimStage, Started
@@ -107,6 +108,7 @@ class Worker:
             ttl=settings.lease_ttl,
             retry_base=settings.retry_base,
             retry_cap=settings.retry_cap,
+            rates=RateLimits(self.leases.client, self.leases.limiter),
         )
         self.executor = Executor(
             app,
@@ -216,7 +218,14 @@ class Worker:
             if self.settings.worker_wakeups:
                 queue_of_topic = {ready_topic(self.settings.topic_ready, q): q for q in self.queues}
                 background.start_soon(
-                    listen, self.db, queue_of_topic, self.app, self.wake, stopping, self.quiet
+                    listen,
+                    self.db,
+                    queue_of_topic,
+                    # a rate-limited job waits for Kafka: its reservation is the claim's
+                    {t.name for t in self.app if t.rate is None},
+                    self.wake,
+                    stopping,
+                    self.quiet,
                 )
             async with trio.open_nursery() as pipelines:
                 for queue, (consumer, offsets) in zip(self.queues, feeds, strict=True):

@@ -25,7 +25,7 @@ from tests.integration.conftest import DIRECT_DSN
 
 TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations")
 CONFIG = AuditorConfig(settle=0.0, lease_grace=30.0, stuck_after=600.0)
-FINISHED = 14  # the finished jobs seeded() makes
+FINISHED = 19  # the finished jobs seeded() makes
 
 
 @pytest.fixture
@@ -125,6 +125,20 @@ def seeded(conn) -> dict[Kind, set[uuid.UUID]]:
     keyed(other_key, 23, 40, 30)
     holder = keyed(key, 31, 30, 25)  # a key that holds in succeeded too (23 | 8)
     inserted = keyed(key, 23, 20, 15)  # ran while the holder held it
+
+    def limited(limit_key: str, start: int, end: int) -> uuid.UUID:
+        """A job of the demo's keyed type (limit 2 per key, as its workers register it)
+        that ran under ``limit_key`` from ``start`` to ``end`` minutes ago."""
+        span = (now - timedelta(minutes=start), now - timedelta(minutes=end))
+        created = span[0] - timedelta(minutes=1)
+        return seed(
+            conn, ok, once, limit_key=limit_key, ran=span, finished_at=span[1], created_at=created
+        )
+
+    limited("keyed/fine", 50, 40)  # two at once: at its limit, not over it
+    limited("keyed/fine", 48, 42)
+    over = {limited("keyed/over", 50, 40), limited("keyed/over", 48, 42)}
+    over.add(limited("keyed/over", 45, 30))  # a third while both ran: all three named
     singles = {
         Kind.EFFECTS_TWICE: seed(
             conn, ok, [(1, failed, False), (2, ok, True), (3, ok, True)], fence=3
@@ -143,6 +157,7 @@ def seeded(conn) -> dict[Kind, set[uuid.UUID]]:
         seed(conn, ok, once, schedule="nightly", tick_at=tick) for _ in range(2)
     }
     wanted[Kind.UNIQUE_TWICE] = {holder, inserted}
+    wanted[Kind.OVER_LIMIT] = over
     assert set(wanted) == set(Kind) - {Kind.VANISHED}  # (vanished: its own test below)
     return wanted
 

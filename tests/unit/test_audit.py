@@ -15,8 +15,10 @@ from leasework.audit import (
     FinishedJob,
     KeyJob,
     Kind,
+    LimitSpan,
     TickJob,
     check_finished,
+    check_limits,
     check_ticks,
     check_unique_keys,
     overdue_lease,
@@ -226,3 +228,29 @@ def test_jobs_of_a_key_one_after_the_other_are_clean_retries_included():
     # a job with no key, or whose key row is missing, is skipped
     plain = FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW)
     assert check_unique_keys([plain, keyed()], rows) == []
+
+
+def limited(key: str = "keyed/a") -> FinishedJob:
+    return FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW, limit_key=key)
+
+
+def span(j: FinishedJob, start: float, end: float | None) -> LimitSpan:
+    at = lambda s: NOW + timedelta(seconds=s)  # noqa: E731
+    return LimitSpan(j.id, j.limit_key or "", at(start), None if end is None else at(end))
+
+
+def test_a_job_that_ran_while_its_limit_was_full_is_over_limit():
+    a, b, c = limited(), limited(), limited()
+    spans = [span(a, 0, 10), span(b, 2, 8), span(c, 5, 12)]  # three at once from 5 to 8
+    found = check_limits([c], spans, {"keyed": 2})
+    assert kinds(found) == ["over_limit"] and "3 attempts" in found[0].detail
+    assert check_limits([c], spans, {"keyed": 3}) == []
+    assert check_limits([a], [span(a, 0, 10), span(b, 10, 12), span(c, 10, 13)], {"keyed": 2}) == []
+
+
+def test_a_reaped_attempts_slot_counts_until_it_was_taken_back_and_other_keys_do_not():
+    a, b, other = limited(), limited(), limited("keyed/b")
+    running = [span(a, 0, None), span(b, 1, 3), span(other, 1, 3)]
+    assert kinds(check_limits([b], running, {"keyed": 1})) == ["over_limit"]
+    assert check_limits([other], running, {"keyed": 1}) == []
+    assert check_limits([b], running, {}) == []  # no longer limited: nothing to hold it to

@@ -98,7 +98,10 @@ def test_every_bad_field_is_named_with_what_to_write():
         "colour",
     }
     assert "letters, digits" in errors["name"]
-    assert "this app defines: echo, fail, keyed, ledger, noop, notify, sleep" in errors["type"]
+    assert (
+        "this app defines: echo, fail, keyed, ledger, noop, notify, rated, sleep"
+        in (errors["type"])
+    )
     assert "five fields" in errors["cron"] and "'*/5 * * * *'" in errors["cron"]
     assert "IANA name such as 'UTC'" in errors["timezone"]
     assert errors["overlap"].startswith("must be one of allow, skip, buffer_one")
