@@ -141,6 +141,11 @@ def plan_submits(workload: WorkloadSpec, *, seed: int, key_prefix: str) -> Itera
             max_attempts, may_die = workload.fail_max_attempts, workload.fail_may_die
         elif kind == "ledger":
             job_type, payload = "ledger", {"seconds": workload.ledger_seconds}
+        elif kind == "keyed":
+            key = f"{key_prefix}-k{rng.randrange(workload.keys)}"
+            job_type, payload = "keyed", {"key": key, "seconds": workload.ledger_seconds}
+        elif kind == "rated":
+            job_type, payload = "rated", {"key": f"{key_prefix}-r{rng.randrange(workload.keys)}"}
         elif kind == "receipt":
             # the order's body; the job's options are the shop's policy for send_receipt
             job_type = RECEIPT_JOB_TYPE

@@ -35,6 +35,7 @@ from chaos.unique_keys import VIOLATIONS as UNIQUE_VIOLATIONS
 
 if TYPE_CHECKING:
     from chaos.auditor import AuditorView
+    from chaos.limits import LimitView, RateView
     from chaos.messages import MessageView
     from chaos.nemesis import Injection
     from chaos.pauses import PauseView
@@ -67,6 +68,8 @@ class Evidence:
     auditor: AuditorView | None = None  # the relay's auditor on the run's jobs (None: unread)
     fencing: bool = True  # the workers' lease mode: fenced, or the unsafe plain TTL
     pauses: PauseView | None = None  # the queue_pause faults' windows (None: no pause)
+    limits: LimitView | None = None  # the keyed jobs' effects in flight per key (None: none)
+    rates: RateView | None = None  # the rated jobs' starts per key (None: none)
 
 
 @dataclass(frozen=True)
@@ -525,6 +528,45 @@ def pauses_held(e: Evidence) -> Iterator[Finding]:
             )
 
 
+def _per_key(
+    kind: str, view: LimitView | RateView | None, over: str, idle: str
+) -> Iterator[Finding]:
+    """A per-key bound (a concurrency or rate limit) held by every key of the run, and
+    reached by one (else the run shows nothing)."""
+    if view is None:
+        return
+    if view.over:
+        shown = ", ".join(f"{k}: {n}" for k, n in sorted(view.over.items())[:3])
+        yield Finding(kind, False, f"{kind}: {len(view.over)} key(s) {over} ({shown})")
+    elif not view.reached:
+        yield Finding(kind, UNKNOWN, f"{kind}: {idle}")
+
+
+def limits_held(e: Evidence) -> Iterator[Finding]:
+    """The keyed jobs' concurrency limit held: no key had more than its limit of committed
+    effects in flight at once, and some key reached it (else the run shows nothing)."""
+    return _per_key(
+        "limits",
+        e.limits,
+        "had more effects in flight at once than their limit",
+        "no key reached its limit, so the run shows nothing (more keyed jobs per key, or "
+        "longer handlers)",
+    )
+
+
+def rates_held(e: Evidence) -> Iterator[Finding]:
+    """The rated jobs' rate limit held: no key had more handlers begin within a second than
+    the rate allows (GCRA without burst: rate + 1), and some key reached the rate."""
+    allowed = e.rates.allowed if e.rates is not None else 0
+    return _per_key(
+        "rates",
+        e.rates,
+        f"began more jobs within one second than {allowed}",
+        "no key reached its rate, so the run shows nothing (submit a key's jobs faster "
+        "than its rate)",
+    )
+
+
 HARNESS: Mapping[str, Checker[Evidence]] = {
     "crash": crashes,
     "interference": interference,
@@ -539,6 +581,8 @@ HARNESS: Mapping[str, Checker[Evidence]] = {
     "mail_refusals": mail_refusals,
     "auditor": auditor_agrees,
     "pauses": pauses_held,
+    "limits": limits_held,
+    "rates": rates_held,
 }
 
 

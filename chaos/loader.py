@@ -10,6 +10,9 @@ A scenario file (``scenarios/*.toml``)::
     rate = 20.0                    # submits per second
     duration = 60.0                # seconds of submitting
     ledger_seconds = 3.0           # the ledger handler sleeps this long before its effect
+                                   # (and the keyed handler)
+    keys = 3                       # keyed and rated jobs' keys (at most 2 of a key run at
+                                   # once; at most 5 of a key start per second)
     [workload.mix]                 # relative weights
     noop = 4
     delayed = 2
@@ -255,6 +258,7 @@ def _workload(table: _Table | None, source: str) -> WorkloadSpec:
         duration=table.number("duration", required=True, above=True, high=86_400),
         mix=mix,
         ledger_seconds=table.number("ledger_seconds", 0.0, high=3600),
+        keys=table.number("keys", 3, integer=True, low=1, high=10_000),
         delay_seconds=table.number("delay_seconds", 5.0, high=86_400),
         fail_times=table.number("fail_times", 1, integer=True, high=1000),
         fail_max_attempts=table.number("fail_max_attempts", 5, integer=True, low=1, high=100),

@@ -45,7 +45,12 @@ JOB_OPTIONAL = (
 )
 EFFECT_COLUMNS = ("job_id", "fence", "kind")  # fence None: the effect's writer records none
 # job types whose success must come with exactly one effect, and that effect's kind
-EFFECT_KINDS: dict[str, str] = {"ledger": "ledger", "send_receipt": "receipt"}
+EFFECT_KINDS: dict[str, str] = {
+    "ledger": "ledger",
+    "send_receipt": "receipt",
+    "keyed": "keyed",
+    "rated": "rated",
+}
 ATTEMPT_COLUMNS = ("job_id", "attempt", "fence", "worker", "started_at", "outcome")
 
 

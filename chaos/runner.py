@@ -62,6 +62,7 @@ from chaos.auditor import AuditorView, read_auditor
 from chaos.generator import plan_submits
 from chaos.history import HistoryWriter, Recorder
 from chaos.judge import HARNESS, Evidence, Judgement, judge_run
+from chaos.limits import LimitView, RateView, read_limits, read_rates
 from chaos.links import extra_relay_envs, link_proxies, link_targets, process_envs
 from chaos.loader import load_scenarios
 from chaos.messages import message_view, topic_end_offsets, topic_messages
@@ -267,6 +268,8 @@ class _Seen:
     meddling: list[str]
     auditor: AuditorView | None = None  # the relay's auditor on the run's jobs
     pauses: PauseView | None = None  # the queue_pause faults' windows and what started inside
+    limits: LimitView | None = None  # the keyed jobs' effects in flight per key
+    rates: RateView | None = None  # the rated jobs' starts per key
 
 
 class _Run:
@@ -436,6 +439,14 @@ class _Run:
             since = datetime.fromtimestamp(start_epoch, UTC)
             pauses = await trio.to_thread.run_sync(read_pauses, self.prefix, since)
             log(f"pauses: {pauses.cell()}")
+        limits = None
+        if self.scenario.workload.mix.keyed > 0:
+            limits = await trio.to_thread.run_sync(read_limits, self.prefix)
+            log(f"limits: {limits.cell()}")
+        rates = None
+        if self.scenario.workload.mix.rated > 0:
+            rates = await trio.to_thread.run_sync(read_rates, self.prefix)
+            log(f"rates: {rates.cell()}")
         tables.update(await trio.to_thread.run_sync(self.schedules.read))
         if self.unique is not None:
             tables["unique_inserts"] = [i.to_dict() for i in self.unique.inserts]
@@ -483,6 +494,8 @@ class _Run:
             meddling,
             auditor,
             pauses,
+            limits,
+            rates,
         )
 
     def _first_fault_epoch(self) -> float | None:
@@ -550,6 +563,8 @@ class _Run:
                 auditor=seen.auditor,
                 fencing=scenario.fencing,
                 pauses=seen.pauses,
+                limits=seen.limits,
+                rates=seen.rates,
             )
         )
         details = RunDetails(

@@ -29,7 +29,7 @@ RELAY_NAMES: tuple[str, ...] = (STACK_RELAY, *EXTRA_RELAYS)
 SCHEDULE_TYPES: tuple[str, ...] = ("ledger", "noop")
 
 # new kinds go last: with a zero weight they leave the draws of an existing mix unchanged
-MIX_KINDS: tuple[str, ...] = ("noop", "delayed", "fail", "ledger", "receipt")
+MIX_KINDS: tuple[str, ...] = ("noop", "delayed", "fail", "ledger", "receipt", "keyed", "rated")
 # kinds submitted through the example shop (examples/shop/web.py: the order and its
 # send_receipt job in one transaction) instead of leasework's POST /jobs
 SHOP_KINDS: frozenset[str] = frozenset({"receipt"})
@@ -73,6 +73,8 @@ class Mix:
     fail: float = 0.0
     ledger: float = 0.0
     receipt: float = 0.0
+    keyed: float = 0.0  # the demo's keyed type: at most 2 run at once per key (one effect)
+    rated: float = 0.0  # the demo's rated type: at most 5 start per second per key (one effect)
 
     def weights(self) -> list[tuple[str, float]]:
         return [(kind, getattr(self, kind)) for kind in MIX_KINDS]
@@ -84,6 +86,7 @@ class WorkloadSpec:
     duration: float  # seconds of submitting
     mix: Mix = field(default_factory=Mix)
     ledger_seconds: float = 0.0  # the ledger handler's sleep before it writes its effect
+    keys: int = 3  # the keyed and rated jobs' keys (each the run's own), drawn evenly
     delay_seconds: float = 5.0  # delayed jobs are due up to this long after their submit
     fail_times: int = 1  # a fail job fails this many attempts, then succeeds
     fail_max_attempts: int = 5  # max_attempts of fail jobs; <= fail_times: they may die

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Container
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -59,6 +59,10 @@ RATE_SLACK = 0.005
 # promoter's passes (every 0.5 s) do not bunch a limit's starts together
 RATE_HOLD = 1.0
 RATE_LEAD = 0.75
+# a job claimed more than this long after its reserved start (an outage or a lag held it)
+# has lost its slot and reserves a new one: run late, it would start in a bunch with the
+# jobs whose starts follow its own
+RATE_LATE = 0.1
 
 
 class Skip(StrEnum):
@@ -90,7 +94,7 @@ class ClaimResult:
     skipped: dict[uuid.UUID, Skip] = field(default_factory=dict)
     retry: list[uuid.UUID] = field(default_factory=list)
     reseeded: bool = False
-    # jobs whose rate limit reserved them a start this many seconds from now: claim them then
+    # jobs whose rate limit reserved them a later start (wall clock, epoch s): claim them then
     later: dict[uuid.UUID, float] = field(default_factory=dict)
 
 
@@ -110,11 +114,11 @@ class Claimer:
     rates: RateLimits | None = None
 
     async def claim(
-        self, job_ids: list[uuid.UUID], reserved: Container[uuid.UUID] = ()
+        self, job_ids: list[uuid.UUID], reserved: Mapping[uuid.UUID, float] | None = None
     ) -> ClaimResult:
         """Claim what can be claimed of ``job_ids`` (distinct, in message order); those of
-        ``reserved`` have had their rate limits' starts reserved and waited for. Redis and
-        Postgres errors propagate: the caller waits and tries again."""
+        ``reserved`` had their rate limits' starts reserved (wall clock, epoch s) by this
+        worker. Redis and Postgres errors propagate: the caller waits and tries again."""
         outcome = ClaimResult()
         unique = list(dict.fromkeys(job_ids))
         jobs = {j.id: j for j in await self.db.read(store.jobs_get_many, unique)}
@@ -133,7 +137,7 @@ class Claimer:
             await self.defer(unknown)
             for job in unknown:
                 outcome.skipped[job.id] = Skip.DEFERRED
-        claimable = await self.wait_for_rates(claimable, jobs, outcome, reserved)
+        claimable = await self.wait_for_rates(claimable, jobs, outcome, reserved or {})
         if not claimable:
             return outcome
         claimed_at = trio.current_time()  # before the claim is sent: a lower bound
@@ -187,7 +191,7 @@ class Claimer:
         job_ids: list[uuid.UUID],
         jobs: dict[uuid.UUID, Job],
         outcome: ClaimResult,
-        reserved: Container[uuid.UUID] = (),
+        reserved: Mapping[uuid.UUID, float],
     ) -> list[uuid.UUID]:
         """The jobs of ``job_ids`` that may start now under their types' rate limits.
 
@@ -195,20 +199,27 @@ class Claimer:
         script for the batch). A start within :data:`RATE_HOLD` s is waited for here
         (``outcome.later``: the caller claims the job then, its message held meanwhile); a
         later one is kept in Postgres (``scheduled``, due :data:`RATE_LEAD` s before it, no
-        attempt spent), and the job's next claim waits out the rest. Jobs of ``reserved``
-        were reserved by this worker already. Redis unreachable raises (the claim waits)."""
+        attempt spent), and the job's next claim waits out the rest. ``reserved``: the starts
+        this worker reserved for some of the jobs (a slot kept in Postgres is the job's
+        ``rate_slot_at``). A job claimed more than :data:`RATE_LATE` s after its start
+        reserves a new one. Redis unreachable raises (the claim waits)."""
         wall = time.time()
         rated: list[tuple[Job, str, Rate]] = []
         for job_id in job_ids:
             job = jobs[job_id]
             job_type = self.app.get(job.type)
             rate = job_type.rate if job_type is not None else None
-            if rate is None or job_id in reserved:
+            if rate is None:
                 continue
-            if job.rate_slot_at is not None:  # reserved: due a little before its start
-                if (wait := job.rate_slot_at.timestamp() - wall) > RATE_SLACK:
-                    outcome.later[job_id] = wait
-                continue
+            slot = reserved.get(job_id)
+            if slot is None and job.rate_slot_at is not None:
+                slot = job.rate_slot_at.timestamp()
+            if slot is not None:
+                if slot - wall > RATE_SLACK:  # early (due a little before its start): wait
+                    outcome.later[job_id] = slot
+                    continue
+                if wall - slot <= RATE_LATE:  # its start: go
+                    continue
             rated.append((job, limit_key(job.type, job.payload, rate), rate))
         if rated:
             if self.rates is None:
@@ -232,7 +243,7 @@ class Claimer:
             if r.wait <= RATE_SLACK:
                 continue
             if r.wait <= RATE_HOLD:
-                outcome.later[job.id] = r.wait
+                outcome.later[job.id] = time.time() + r.wait
                 continue
             why = f"waiting for its rate limit ({rate}, {key}): to start in {r.wait:.3f}s"
             due = r.start_ms - int(RATE_LEAD * 1000)
@@ -448,21 +459,22 @@ class ClaimStage:
             self.settle(batch.first[job_id])
         for job_id in claimed.retry:
             nursery.start_soon(self.claim_one, batch.first[job_id])
-        for job_id, wait in claimed.later.items():
-            nursery.start_soon(self.claim_later, batch.first[job_id], wait)
+        for job_id, slot in claimed.later.items():
+            nursery.start_soon(self.claim_later, batch.first[job_id], slot)
 
-    async def claim_later(self, message: Consumed, wait: float) -> None:
-        """A job whose rate limit reserved it a start ``wait`` s from now: its message and
-        slot held meanwhile, then claimed as the slow path does, without reserving again."""
-        await trio.sleep(wait)
-        await self.claim_one(message, reserved=True)
+    async def claim_later(self, message: Consumed, slot: float) -> None:
+        """A job whose rate limit reserved it a later start (``slot``, wall clock): its
+        message and slot held meanwhile, then claimed as the slow path does, with that
+        start."""
+        await trio.sleep(max(0.0, slot - time.time()))
+        await self.claim_one(message, slot=slot)
 
-    async def claim_one(self, message: Consumed, *, reserved: bool = False) -> None:
+    async def claim_one(self, message: Consumed, *, slot: float | None = None) -> None:
         """The slow path of one job the batch could not decide: its message is finished when
         the job is skipped, handed on when it is started, else left for redelivery."""
         handed_on = False
         try:
-            started = await self.claim_alone(message, reserved=reserved)
+            started = await self.claim_alone(message, slot=slot)
             if started is None:
                 self.offsets.finish(message.partition, message.offset)
             else:
@@ -479,12 +491,12 @@ class ClaimStage:
             if not handed_on:
                 self.slots.release()
 
-    async def claim_alone(self, message: Consumed, *, reserved: bool = False) -> Started | None:
+    async def claim_alone(self, message: Consumed, *, slot: float | None = None) -> Started | None:
         """Claim the message's job again and again until decided (None: skipped): wait while
         another worker holds its lease (it expires by itself), while Redis or Postgres is
         unreachable, after a re-seeded fence counter, or until the start its rate limit
-        reserved (``reserved``: reserved and waited for already). Raises :class:`Abandoned`
-        once the worker is stopping."""
+        reserved (``slot``: the start reserved for it already, wall clock). Raises
+        :class:`Abandoned` once the worker is stopping."""
         assert message.job_id is not None
         backoff = 0.2
         while True:
@@ -492,7 +504,7 @@ class ClaimStage:
                 raise Abandoned(str(message.job_id))
             try:
                 claimed = await self.claimer.claim(
-                    [message.job_id], reserved=(message.job_id,) if reserved else ()
+                    [message.job_id], reserved=None if slot is None else {message.job_id: slot}
                 )
             except (redis.RedisError, psycopg.Error) as exc:
                 log.warning(
@@ -507,8 +519,8 @@ class ClaimStage:
             if claimed.skipped:
                 return None
             if message.job_id in claimed.later:
-                await trio.sleep(claimed.later[message.job_id])
-                reserved = True
+                slot = claimed.later[message.job_id]
+                await trio.sleep(max(0.0, slot - time.time()))
                 continue
             if not claimed.reseeded:
                 await trio.sleep(min(self.ttl / 2, backoff))

@@ -45,7 +45,7 @@ LABEL_DOMAINS = {
     "type": set(load_app(STACK_APP).names) | {"other"},
     "outcome": {s.value for s in Status},
     "reason": {s.value for s in Status}
-    | {"missing", "paused"}
+    | {"missing", "paused", "limited"}  # held by a pause or a concurrency limit
     | set(get_args(SkipReason))  # a message the claim stage settles at once
     | {"malformed", "unknown_prefix", "wrong_secret", "refused_again", "throttled"}  # tokens
     | {"body-too-large", "body-timeout", "busy"}  # bodies the guard refused

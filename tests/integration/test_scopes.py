@@ -44,6 +44,10 @@ API_REQUESTS: dict[tuple[str, str], tuple[str, Any]] = {
     ("/queues", "get"): ("/queues", None),
     ("/queues/{name}/pause", "post"): ("/queues/t-no-such-queue/pause", None),
     ("/queues/{name}/resume", "post"): ("/queues/t-no-such-queue/resume", None),
+    ("/queues/{name}/concurrency", "put"): (
+        "/queues/t-no-such-queue/concurrency",
+        {"concurrency": 1},
+    ),
     ("/jobs/{job_id}/cancel", "post"): (f"/jobs/{MISSING}/cancel", None),
     ("/jobs/{job_id}/retry", "post"): (f"/jobs/{MISSING}/retry", None),
     ("/jobs/retry", "post"): ("/jobs/retry", {"type": "no-such-type", "limit": 1}),

@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import pytest
 from pydantic import BaseModel
 
 from leasework.app import App, AppError
+from leasework.job import Job
+from leasework.ratelimit import Reservation
 from leasework.rates import Rate, limit_key, parse_rate, reserve
+from leasework.states import Status
+from leasework.worker.claim import Claimer, ClaimResult, Skip
+from tests.unit.test_relay_services import expired_job
 
 
 def test_a_rate_is_starts_per_second_minute_or_hour():
@@ -93,3 +101,59 @@ def test_a_types_rate_is_checked_when_declared_and_registered_as_json():
 
             @App(name="bad").job(**bad)
             async def wrong(ctx, payload: Order) -> None: ...
+
+
+def rated_job(slot: float | None = None) -> Job:
+    at = None if slot is None else datetime.fromtimestamp(slot, UTC)
+    return expired_job(type="rated", status=Status.QUEUED, rate_slot_at=at)
+
+
+async def test_a_claim_starts_on_its_reserved_start_waits_if_early_and_reserves_anew_if_late():
+    app = App(name="rated")
+
+    @app.job(rate="5/s")
+    async def rated(ctx) -> None: ...
+
+    asked: list[int] = []
+
+    class Rates:
+        """Reserves every start 5 s from now (a backlog): written back to Postgres."""
+
+        async def reserve(self, requests, floors):
+            asked.append(len(requests))
+            now = int(time.time() * 1000)
+            return [Reservation(now + 5000, now) for _ in requests]
+
+    written: list[list] = []
+
+    class Db:
+        async def run(self, fn, waits):
+            written.append(waits)
+            return [w[0] for w in waits]
+
+    claimer = Claimer(
+        Db(),
+        None,
+        app,
+        name="w",
+        ttl=10,
+        retry_base=1,
+        retry_cap=2,
+        rates=Rates(),  # type: ignore[arg-type]
+    )
+    now = time.time()
+    on_time, early, late, fresh, mine = (
+        rated_job(now - 0.02),  # its start, give or take the claim's own latency
+        rated_job(now + 0.5),  # due 0.75 s early: waits out the rest in memory
+        rated_job(now - 2.0),  # held past its start (an outage): its slot is gone
+        rated_job(),  # no reservation yet
+        rated_job(),  # reserved by this worker, waited for in memory: now
+    )
+    jobs = {j.id: j for j in (on_time, early, late, fresh, mine)}
+    outcome = ClaimResult()
+    go = await claimer.wait_for_rates(list(jobs), jobs, outcome, {mine.id: now})
+    assert go == [on_time.id, mine.id]
+    assert set(outcome.later) == {early.id} and outcome.later[early.id] == pytest.approx(now + 0.5)
+    assert asked == [2]  # the late one and the fresh one, in one call
+    assert {w[0] for w in written[0]} == {late.id, fresh.id}
+    assert outcome.skipped == {late.id: Skip.RATE, fresh.id: Skip.RATE}

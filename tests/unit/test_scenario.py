@@ -385,7 +385,9 @@ def test_a_zero_receipt_weight_leaves_a_plan_unchanged():
             rng.uniform(0.0, workload.delay_seconds)
     assert [p.kind for p in plan] == older
     assert not any(p.via_shop for p in plan)
-    mixed = dataclasses.replace(workload, mix=Mix(noop=1, delayed=1, fail=1, ledger=1, receipt=1))
+    mixed = dataclasses.replace(
+        workload, mix=Mix(noop=1, delayed=1, fail=1, ledger=1, receipt=1, keyed=1, rated=1)
+    )
     assert {p.kind for p in plan_submits(mixed, seed=9, key_prefix="k")} == set(MIX_KINDS)
 
 

@@ -47,7 +47,7 @@ class Claimer:
         self.answer = answer
         self.calls: list[list[uuid.UUID]] = []
 
-    async def claim(self, job_ids: list[uuid.UUID], reserved=()) -> ClaimResult:
+    async def claim(self, job_ids: list[uuid.UUID], reserved=None) -> ClaimResult:
         self.calls.append(list(job_ids))
         await trio.lowlevel.checkpoint()
         return self.answer(job_ids)

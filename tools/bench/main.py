@@ -18,7 +18,10 @@ Rows, in this order (``--rows`` picks some):
 * ``unaudited-batch`` (and ``unaudited-single`` on request): ``batch`` with the relay's
   auditor off (``LEASEWORK_AUDIT_INTERVAL=never``), the auditor's cost by difference;
 * ``audit`` (on request): one auditor pass's time on a jobs table of 100,000 and of
-  1,000,000 finished jobs, in a scratch schema (``tools.bench.audit``).
+  1,000,000 finished jobs, in a scratch schema (``tools.bench.audit``);
+* ``limits`` (on request): concurrency limits per key and per queue and a rate limit under a
+  backlog, the running jobs sampled from Postgres and the starts read from effects
+  (``tools.bench.limits``; about two minutes).
 
 ``--repeat N`` runs all of it N times and writes ``summary.md`` with each figure's median and
 spread; ``--fresh`` stops and starts the whole stack before each run, then waits until the
@@ -68,6 +71,7 @@ from tools.bench import doors, floor, report
 from tools.bench import pgbench as bench_pgbench
 from tools.bench import proc as procfs
 from tools.bench.audit import audit_row
+from tools.bench.limits import limits_row
 from tools.bench.tap import ReadyTap
 
 API_URL = "http://127.0.0.1:8080"
@@ -92,6 +96,7 @@ ROWS = (
     "unaudited-batch",
     "unaudited-single",
     "audit",
+    "limits",
 )
 DEFAULT_ROWS = (
     "floor,lone,single,single-client,batch,unaudited-batch,enqueue,enqueue-one,proxied-batch"
@@ -529,6 +534,13 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
                 continue
             if row == "lone":
                 result["lone"] = bench.lone_row()
+                continue
+            if row == "limits":
+                bench.point_apps("direct")
+                result["limits"] = limits_row(
+                    POSTGRES_DIRECT_DSN, f"{bench.run_id}-limits", cfg.row_timeout
+                )
+                bench.drop_jobs()
                 continue
             if row == "audit":
                 log("audit: one auditor pass on 100,000 and 1,000,000 finished jobs")

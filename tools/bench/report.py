@@ -303,6 +303,29 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
                 f"not measured: {pg.get('error')}",
                 "",
             ]
+    limits = result.get("limits")
+    if limits:
+        off = limits["rate_off_by"] * 100
+        lines += [
+            "## Concurrency and rate limits under a backlog (issue 22)",
+            "",
+            "Sampled from Postgres every 50 ms while the demo's workers ran the backlog "
+            "(`tools/bench/limits.py`):",
+            "",
+            "| limit | jobs | seconds | observed | limit |",
+            "|:---|---:|---:|---:|---:|",
+            f"| running at once per key (`keyed`, 8 keys) | {limits['key_jobs']} | "
+            f"{limits['key_seconds']} | {limits['key_max_running']} | {limits['key_limit']} |",
+            f"| running at once in a queue (`emails`, capped) | {limits['queue_jobs']} | "
+            f"{limits['queue_seconds']} | {limits['queue_max_running']} | "
+            f"{limits['queue_cap']} |",
+            f"| starts per second over the busiest minute (`rated`, one key) | "
+            f"{limits['rated_jobs']} | {limits['rated_seconds']} | "
+            f"{limits['rate_busiest_minute']:.2f} ({off:+.1f}%) | {limits['rate']:g} |",
+            f"| most starts within one second (`rated`) | | | "
+            f"{limits['rate_most_in_a_second']} | {int(limits['rate']) + 1} |",
+            "",
+        ]
     audit = result.get("audit")
     if audit:
         lines += [
