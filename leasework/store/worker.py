@@ -15,7 +15,9 @@ from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
 from leasework.queues import HELD_UNTIL, LIMIT_LOCK, PAUSE_LOCK
 from leasework.states import TERMINAL, Status, transition
-from leasework.store.common import JOB_COLUMNS, dead_letter_outbox_insert
+from leasework.store.common import JOB_COLUMNS, dead_letter_outbox_insert, ready_outbox_insert
+
+READY_TOPIC = "jobs.ready"  # the deployment's ready topic unless the caller names it
 
 
 def jobs_get_many(conn: psycopg.Connection, job_ids: list[uuid.UUID]) -> list[Job]:
@@ -279,13 +281,32 @@ finished AS (
     FROM done
     WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.status = 'running'
     RETURNING jobs.id, jobs.fence, jobs.type, jobs.status, jobs.attempt, jobs.last_error,
-              jobs.payload, done.effects),
+              jobs.payload, done.effects, jobs.limit_key, jobs.queue),
 closed AS (
     UPDATE attempts SET finished_at = now(), outcome = finished.status,
            error = finished.last_error,
            effects_committed = attempts.effects_committed OR coalesce(finished.effects, false)
     FROM finished WHERE attempts.job_id = finished.id AND attempts.fence = finished.fence),
-dead AS ({dead_letter_outbox_insert("finished")})
+dead AS ({dead_letter_outbox_insert("finished")}),
+-- the slots these finishes free: for each, a job its limit (its key's, its queue's) held is
+-- queued again at once, oldest first (the relay's pass releases what this misses)
+freed AS (
+    SELECT s.slot, count(*) AS n
+    FROM finished CROSS JOIN LATERAL (VALUES (finished.limit_key), ('@' || finished.queue))
+         AS s(slot)
+    WHERE s.slot IS NOT NULL GROUP BY s.slot),
+picked AS (
+    SELECT x.id FROM freed CROSS JOIN LATERAL (
+        SELECT h.id FROM jobs h
+         WHERE h.held_for = freed.slot AND h.status = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM queues p
+                           WHERE p.name = h.queue AND p.paused_at IS NOT NULL)
+         ORDER BY h.created_at LIMIT freed.n FOR UPDATE OF h SKIP LOCKED) x),
+released AS (
+    UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
+      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
+    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue),
+wake AS ({ready_outbox_insert("released", "%(ready)s")})
 SELECT id, status FROM finished
 """
 
@@ -341,6 +362,7 @@ def jobs_finish_many(
     completions: list[Completion],
     *,
     dlq_topic: str,
+    ready_topic: str = READY_TOPIC,
     retrying: bool = False,
 ) -> dict[uuid.UUID, Status]:
     """The fenced terminal write of a batch: each job's outcome, attempt row and effects, only
@@ -386,7 +408,12 @@ def jobs_finish_many(
     ]
     rows = conn.execute(
         FINISH_MANY,
-        {"done": Jsonb(done), "dlq": dlq_topic, "terminal": [str(s) for s in TERMINAL]},
+        {
+            "done": Jsonb(done),
+            "dlq": dlq_topic,
+            "ready": ready_topic,
+            "terminal": [str(s) for s in TERMINAL],
+        },
     ).fetchall()
     written = {r["id"]: Status(r["status"]) for r in rows}
     if retrying and len(written) < len(completions):

@@ -73,6 +73,7 @@ class Completer:
         leases: Leases,
         *,
         dlq_topic: str,
+        ready_topic: str = "jobs.ready",
         worker: str = "worker",
         max_batch: int = MAX_BATCH,
         max_wait: float = MAX_WAIT,
@@ -80,6 +81,7 @@ class Completer:
         self.db = db
         self.leases = leases
         self.dlq_topic = dlq_topic
+        self.ready_topic = ready_topic  # where a job a finish releases from a limit is woken
         self.worker = worker
         self.max_batch = max_batch
         self.pacer = Pacer(max_wait)
@@ -99,7 +101,9 @@ class Completer:
         return waiting.finished
 
     def write(self, conn: psycopg.Connection, batch: list[Completion], retrying: bool) -> dict:
-        written = store.jobs_finish_many(conn, batch, dlq_topic=self.dlq_topic, retrying=retrying)
+        written = store.jobs_finish_many(
+            conn, batch, dlq_topic=self.dlq_topic, ready_topic=self.ready_topic, retrying=retrying
+        )
         # what the fence refused, kept for the console (same transaction: no write, no row)
         operators.fence_rejections_add(
             conn,

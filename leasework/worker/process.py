@@ -98,7 +98,11 @@ class Worker:
         self.unsafe = settings.lease_mode == UNSAFE_LEASE_MODE
         completer = UnsafeCompleter if self.unsafe else Completer
         self.completer = completer(
-            self.db, self.leases, dlq_topic=settings.topic_dlq, worker=self.name
+            self.db,
+            self.leases,
+            dlq_topic=settings.topic_dlq,
+            ready_topic=settings.topic_ready,
+            worker=self.name,
         )
         self.claimer = Claimer(
             db,
