@@ -165,7 +165,8 @@ class Claimer:
 
     async def stamp(self, won: dict[uuid.UUID, Claim], outcome: ClaimResult, at: float) -> None:
         """Stamp the jobs whose leases were won: started, held by a full concurrency limit
-        (their leases given back; the relay releases them as slots free up), or refused."""
+        (their leases given back; the finish that frees a slot, or the relay's pass, releases
+        them), or refused."""
         if not won:
             return
         stamp = functools.partial(store.jobs_start_many, worker=self.name, ttl=self.ttl)
