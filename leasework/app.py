@@ -154,7 +154,8 @@ class JobType:
                 raise AppError(f"{name}: concurrency_key needs concurrency= (the limit per key)")
             self._check_key_field("concurrency_key", concurrency_key)
         # at most `concurrency` of its jobs run at once across all workers, per value of the
-        # payload field `concurrency_key` (or in all): leasework/limits.py
+        # payload field `concurrency_key` (or in all), enforced by the claim's stamp
+        # (leasework/store/worker.py STAMP)
         self.concurrency = concurrency
         self.concurrency_key = concurrency_key
         self.rate: Rate | None = None

@@ -1,17 +1,18 @@
--- Concurrency limits across all workers (leasework/limits.py; docs/design-decisions.md,
--- "Concurrency limits: counted from running rows at the stamp, held jobs released by the
--- relay"). A queue may cap how many of its jobs run at once (`queues.concurrency`); a job
--- type may cap how many of its jobs run at once per value of a payload field, or in all
--- (`job_types.concurrency`: {"limit": n, "key": "customer_id" | null}, registered with the
--- app's types).
+-- Concurrency limits across all workers (leasework/store/worker.py STAMP and FINISH_MANY;
+-- docs/design-decisions.md, "Concurrency limits: counted from running rows at the stamp,
+-- held jobs released as slots free up"). A queue may cap how many of its jobs run at once
+-- (`queues.concurrency`); a job type may cap how many of its jobs run at once per value of a
+-- payload field, or in all (`job_types.concurrency`: {"limit": n, "key": "customer_id" |
+-- null}, registered with the app's types).
 --
 -- The claim's stamp enforces both. It takes an advisory lock (7305006, hash of the limit's
 -- name) for every limit its batch touches, in one order, in a statement of its own; then,
 -- in a statement begun after the locks are held, it counts the limit's running jobs (rows
 -- `running`: a lease that expired holds its slot until the reaper takes its fence back) and
 -- starts only the jobs that fit. The others are held, like a paused queue's: `scheduled`,
--- due 9999-01-01 UTC, no attempt spent, `held_for` naming the limit. The relay's promoter
--- releases held jobs, oldest first, as slots free up.
+-- due 9999-01-01 UTC, no attempt spent, `held_for` naming the limit. The finish that frees
+-- a slot releases the oldest job held for it; the relay's promoter releases what that
+-- misses, oldest first, as slots free up.
 
 ALTER TABLE queues ADD COLUMN concurrency integer CHECK (concurrency > 0);
 ALTER TABLE job_types ADD COLUMN concurrency jsonb;

@@ -1,5 +1,5 @@
 -- Rate limits across all workers (leasework/rates.py, leasework/ratelimit.py;
--- docs/design-decisions.md, "Rate limits: a slot reserved in Redis, kept in Postgres"). A
+-- docs/design-decisions.md, "Job rate limits: a start reserved in Redis, kept in Postgres"). A
 -- type may allow N starts per second, minute or hour, per value of a payload field or in
 -- all. At the claim, a worker reserves each such job's start slot in Redis (GCRA on Redis's
 -- clock, one script per batch); a job whose slot is later than now waits for it,
