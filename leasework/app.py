@@ -143,6 +143,18 @@ class JobType:
         if queue is not None and (problem := queues.name_error(queue)) is not None:
             raise AppError(f"{name}: queue {queue!r} {problem}")
         self.queue = queue  # None: the default queue
+        self._set_limits(concurrency, concurrency_key, rate, rate_burst, rate_key)
+
+    def _set_limits(
+        self,
+        concurrency: int | None,
+        concurrency_key: str | None,
+        rate: str | None,
+        rate_burst: int,
+        rate_key: str | None,
+    ) -> None:
+        """Check and keep its concurrency and rate limits (see :meth:`App.job`)."""
+        name = self.name
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
