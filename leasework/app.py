@@ -34,7 +34,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from leasework import queues
+from leasework import priorities, queues
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
@@ -87,6 +87,7 @@ class JobType:
         rate: str | None = None,
         rate_burst: int = 1,
         rate_key: str | None = None,
+        priority: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
             raise AppError(
@@ -143,6 +144,9 @@ class JobType:
         if queue is not None and (problem := queues.name_error(queue)) is not None:
             raise AppError(f"{name}: queue {queue!r} {problem}")
         self.queue = queue  # None: the default queue
+        if priority is not None and (problem := priorities.priority_error(priority)) is not None:
+            raise AppError(f"{name}: priority {priority!r} {problem}")
+        self.priority = priority  # None: the highest, 0
         self._set_limits(concurrency, concurrency_key, rate, rate_burst, rate_key)
 
     def _set_limits(
@@ -325,6 +329,7 @@ class App:
         rate: str | None = None,
         rate_burst: int = 1,
         rate_key: str | None = None,
+        priority: int | None = None,
     ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
@@ -343,7 +348,10 @@ class App:
         ``"5/h"``) caps how many of its jobs start per second, minute or hour across all
         workers, per value of the payload field ``rate_key`` when given, with up to
         ``rate_burst`` at once after a quiet spell; a job over it waits for its reserved
-        start, spending no attempt."""
+        start, spending no attempt. ``priority``, from 0 (the highest, and the default) to 3,
+        orders its jobs within their queue under backlog (a submit may ask another): a higher
+        priority starts first, and a lower one waiting rises a level per second, so it is
+        never starved."""
 
         def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
             job_type = JobType(
@@ -361,6 +369,7 @@ class App:
                 rate=rate,
                 rate_burst=rate_burst,
                 rate_key=rate_key,
+                priority=priority,
             )
             self.add(job_type)
             if schedule is not None:
@@ -464,6 +473,7 @@ class App:
                 "queue": t.queue,
                 "concurrency": t.concurrency_spec(),
                 "rate": t.rate.spec() if t.rate is not None else None,
+                "priority": t.priority,
             }
             for t in self
         ]

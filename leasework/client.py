@@ -43,6 +43,7 @@ def submit_body(
     timeout_seconds: int | None = None,
     ordering_key: str | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"type": job_type, "payload": {} if payload is None else payload}
     optional = {
@@ -52,6 +53,7 @@ def submit_body(
         "timeout_seconds": timeout_seconds,
         "ordering_key": ordering_key,
         "queue": queue,
+        "priority": priority,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     return body

@@ -95,6 +95,7 @@ def job(
     ordering_key: str | None = None,
     unique: Unique | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> JobRequest:
     """One job for :func:`enqueue_many`; the arguments are those of :func:`enqueue`."""
     return JobRequest(
@@ -108,6 +109,7 @@ def job(
         idempotency_key=idempotency_key,
         unique=unique,
         queue=queue,
+        priority=priority,
     )
 
 
@@ -258,6 +260,7 @@ def enqueue(
     ordering_key: str | None = None,
     unique: Unique | None = None,
     queue: str | None = None,
+    priority: int | None = None,
     topic: str = TOPIC,
 ) -> Enqueued:
     """Enqueue one job in the caller's open transaction and return its id.
@@ -267,7 +270,8 @@ def enqueue(
     makes a repeat of the same request return the same job (a different request with the
     same key raises :class:`IdempotencyConflict`); ``queue`` names the queue it waits in
     (default: its type's, else ``default``; a queue that does not exist raises psycopg's
-    ``DataError`` saying so, and the caller's transaction is aborted).
+    ``DataError`` saying so, and the caller's transaction is aborted); ``priority``, 0 (the
+    highest) to 3, orders it within its queue under backlog (default: its type's, else 0).
     """
     request = job(
         job_type,
@@ -280,6 +284,7 @@ def enqueue(
         ordering_key=ordering_key,
         unique=unique,
         queue=queue,
+        priority=priority,
     )
     return enqueue_many(conn, [request], app=app, topic=topic)[0]
 
@@ -320,6 +325,7 @@ async def enqueue_async(
     ordering_key: str | None = None,
     unique: Unique | None = None,
     queue: str | None = None,
+    priority: int | None = None,
     topic: str = TOPIC,
 ) -> Enqueued:
     """:func:`enqueue` on psycopg's ``AsyncConnection``, for asyncio applications."""
@@ -334,5 +340,6 @@ async def enqueue_async(
         ordering_key=ordering_key,
         unique=unique,
         queue=queue,
+        priority=priority,
     )
     return (await enqueue_many_async(conn, [request], app=app, topic=topic))[0]

@@ -22,7 +22,8 @@ from psycopg.rows import dict_row, tuple_row
 
 from leasework.kafka import Properties, client_config
 from leasework.operations import Actor
-from leasework.queues import DEFAULT, HELD_UNTIL, PAUSE_LOCK, name_error, ready_topic
+from leasework.priorities import band_topics
+from leasework.queues import HELD_UNTIL, PAUSE_LOCK, name_error
 from leasework.states import TERMINAL, Status
 from leasework.store import operators
 
@@ -54,9 +55,10 @@ def create_topics(
     extra: Properties = (),
     timeout: float = 15.0,
 ) -> list[str]:
-    """Create the topics of ``names`` (not ``default``: its topic is ``base`` itself) shaped
-    like ``base``; returns the topics made now (one that exists already is fine). Blocking."""
-    wanted = [ready_topic(base, n) for n in names if n != DEFAULT]
+    """Create the topics of ``names``, a topic per priority band (``default``'s first band is
+    ``base`` itself), shaped like ``base``; returns the topics made now (one that exists
+    already is fine). Blocking."""
+    wanted = [t for n in names for t in band_topics(base, n) if t != base]
     if not wanted:
         return []
     admin = AdminClient(client_config(brokers, client_id, extra))
@@ -98,9 +100,12 @@ def ensure_queues(
     *,
     created_by: str,
     extra: Properties = (),
+    topics: bool = False,
 ) -> list[str]:
-    """Make every queue of ``names`` usable: its topic, then its row. Blocking (call from a
-    thread). Returns the names that had no row before."""
+    """Make every queue of ``names`` usable: its topics, then its row (``topics``: the topics
+    of every queue of ``names``, not only of those with no row: a queue made before its
+    priority bands were). Blocking (call from a thread). Returns the names that had no row
+    before."""
     for name in names:
         if (problem := name_error(name)) is not None:
             raise QueueError(f"queue {name!r}: {problem}")
@@ -108,8 +113,8 @@ def ensure_queues(
         cur.execute("SELECT name FROM queues WHERE name = ANY(%s)", (list(names),))
         known = {r[0] for r in cur.fetchall()}
     missing = [n for n in names if n not in known]
-    if missing:
-        create_topics(brokers, client_id, base, missing, extra)
+    if topics or missing:
+        create_topics(brokers, client_id, base, names if topics else missing, extra)
         queues_insert(conn, missing, created_by)
     return missing
 

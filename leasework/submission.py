@@ -24,6 +24,7 @@ from leasework.job import (
     MAX_TIMEOUT_SECONDS,
     TYPE_NAME_PATTERN,
 )
+from leasework.priorities import priority_error
 from leasework.unique import Unique, payload_errors
 
 MAX_BATCH = 1000
@@ -70,6 +71,8 @@ class JobRequest:
     unique: Unique | None = None
     # the queue it waits in (None: its type's, else the default queue)
     queue: str | None = None
+    # its priority in the queue, 0 (the highest) to 3 (None: its type's, else 0)
+    priority: int | None = None
 
 
 def unique_of(request: JobRequest, app: App | None) -> Unique | None:
@@ -163,6 +166,8 @@ def request_errors(request: JobRequest, app: App | None, prefix: str = "") -> li
     errors.extend(_key_errors("idempotency_key", request.idempotency_key))
     if request.queue is not None and (problem := queues.name_error(request.queue)) is not None:
         errors.append(FieldError("queue", problem))
+    if request.priority is not None and (problem := priority_error(request.priority)):
+        errors.append(FieldError("priority", problem))
     return [FieldError(prefix + e.field, e.message) for e in errors] if prefix else errors
 
 
@@ -193,6 +198,10 @@ def insert_row(
         row["queue"] = request.queue
     elif job_type is not None and job_type.queue is not None:
         row["default_queue"] = job_type.queue
+    if request.priority is not None:
+        row["priority"] = request.priority
+    elif job_type is not None and job_type.priority is not None:
+        row["default_priority"] = job_type.priority
     if request.unique is not None:
         row["unique"] = request.unique.spec()
     elif job_type is not None and job_type.unique is not None:

@@ -40,6 +40,7 @@ JOB_FIELDS = (
     "deferrals",
     "schedule",
     "queue",
+    "priority",
 )
 
 

@@ -29,6 +29,7 @@ from leasework.api.routes import ROUTES
 from leasework.api.routing import Route
 from leasework.app import App, JobType
 from leasework.operations import API_BODY, BULK_RETRY_LIMIT
+from leasework.priorities import HIGHEST, LOWEST
 from leasework.queues import DEFAULT
 from leasework.states import RETRYABLE, Status
 from leasework.submission import MAX_ATTEMPTS, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
@@ -80,6 +81,16 @@ SUBMIT_OPTIONS: dict[str, Any] = {
     "timeout_seconds": nullable({"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS}),
     "ordering_key": nullable(
         {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_NUL}
+    ),
+    "priority": nullable(
+        {
+            "type": "integer",
+            "minimum": HIGHEST,
+            "maximum": LOWEST,
+            "description": "0 is the highest, and the default (else its type's); under "
+            "backlog a higher priority starts first, and a lower one waiting rises a level "
+            "per second, so it is never starved",
+        }
     ),
 }
 
@@ -259,6 +270,12 @@ COMMON_SCHEMAS: dict[str, Any] = {
             "deferrals": {"type": "integer"},
             "schedule": {**NULLABLE_STRING, "description": "the schedule it came from"},
             "queue": {"type": "string", "description": "the named queue it waits in"},
+            "priority": {
+                "type": "integer",
+                "minimum": HIGHEST,
+                "maximum": LOWEST,
+                "description": "its priority in the queue: 0, the highest, to 3",
+            },
             "tick_at": {**NULLABLE_STRING, "description": "the nominal instant of its tick"},
             "run_at": {"type": "string"},
             "created_at": {"type": "string"},

@@ -22,6 +22,7 @@ KNOWN_FIELDS = frozenset(
         "ordering_key",
         "unique",
         "queue",
+        "priority",
     }
 )
 BATCH_ITEM_FIELDS = KNOWN_FIELDS | {"idempotency_key"}
@@ -66,6 +67,7 @@ def job_request(
         idempotency_key=body.get("idempotency_key") if batch_item else idempotency_key,
         unique=unique,
         queue=body.get("queue"),
+        priority=whole_numbers(body.get("priority")),
     )
     errors.extend(request_errors(request, app))
     return errors or request

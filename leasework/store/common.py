@@ -21,13 +21,13 @@ READY_KEY_SQL = "coalesce({t}.ordering_key, {t}.id::text)"
 
 def ready_outbox_insert(source: str, topic_param: str = "%(topic)s") -> str:
     """``INSERT INTO outbox`` of the ready messages of the jobs in CTE ``source`` (which
-    returns their id, type, attempt, ordering_key and queue), each on its queue's topic
-    (``topic_param`` is the ready topic's base name: ``leasework_ready_topic``, migration
-    0011)."""
+    returns their id, type, attempt, ordering_key, queue and priority), each on its band's topic
+    (``topic_param`` is the ready topic's base name: ``leasework_ready_topic``, migrations
+    0011 and 0016)."""
     t = source
     return (
         f"INSERT INTO outbox (job_id, topic, key, value, headers) "
-        f"SELECT {t}.id, leasework_ready_topic({topic_param}, {t}.queue), "
+        f"SELECT {t}.id, leasework_ready_topic({topic_param}, {t}.queue, {t}.priority), "
         f"{READY_KEY_SQL.format(t=t)}, "
         f"{READY_VALUE_SQL.format(t=t)}, {READY_HEADERS_SQL.format(t=t)} FROM {t}"
     )

@@ -226,7 +226,7 @@ def jobs_retry_matching(
             chosen AS (SELECT DISTINCT ON (coalesce(unique_key, uuid_send(id))) id FROM picked),
             requeued AS (UPDATE jobs SET {_REQUEUE_SET} FROM chosen WHERE jobs.id = chosen.id
                          RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key,
-                                   jobs.queue),
+                                   jobs.queue, jobs.priority),
             wake AS ({ready_outbox_insert("requeued")} RETURNING 1)
             SELECT count(*) AS n FROM wake""",
         {**params, "limit": limit, "topic": topic},

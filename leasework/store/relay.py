@@ -66,7 +66,7 @@ def jobs_promote_due(conn: psycopg.Connection, limit: int, topic: str) -> int:
                 WHERE id IN (SELECT id FROM jobs WHERE status = ANY(%(sources)s)
                              AND run_at <= now()
                              ORDER BY run_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-                RETURNING id, type, attempt, ordering_key, queue),
+                RETURNING id, type, attempt, ordering_key, queue, priority),
             wake AS ({ready_outbox_insert("promoted")} RETURNING 1)
             SELECT count(*) AS n FROM wake""",
         {"sources": sources, "limit": limit, "topic": topic},
@@ -108,7 +108,8 @@ picked AS (
 released AS (
     UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
       FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
-    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue),
+    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue,
+              jobs.priority),
 wake AS ({ready_outbox_insert("released")} RETURNING 1)
 SELECT count(*) AS n FROM wake"""
 

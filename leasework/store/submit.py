@@ -108,20 +108,21 @@ def job_types_register(
     conn.execute(
         """INSERT INTO job_types AS t (name, payload_schema, max_attempts, timeout_seconds,
                                        retry_base, retry_cap, description, unique_policy,
-                                       queue, concurrency, rate, registered_by)
+                                       queue, concurrency, rate, priority, registered_by)
            SELECT r.name, coalesce(r.payload_schema, '{}'::jsonb), r.max_attempts,
                   r.timeout_seconds, r.retry_base, r.retry_cap, r.description, r.unique_policy,
-                  r.queue, r.concurrency, r.rate, %s
+                  r.queue, r.concurrency, r.rate, r.priority, %s
            FROM jsonb_to_recordset(%s) AS r(name text, payload_schema jsonb, max_attempts int,
                 timeout_seconds int, retry_base float8, retry_cap float8, description text,
-                unique_policy jsonb, queue text, concurrency jsonb, rate jsonb)
+                unique_policy jsonb, queue text, concurrency jsonb, rate jsonb,
+                priority smallint)
            ON CONFLICT (name) DO UPDATE SET
                payload_schema = excluded.payload_schema, max_attempts = excluded.max_attempts,
                timeout_seconds = excluded.timeout_seconds, retry_base = excluded.retry_base,
                retry_cap = excluded.retry_cap, description = excluded.description,
                unique_policy = excluded.unique_policy, queue = excluded.queue,
                concurrency = excluded.concurrency, rate = excluded.rate,
-               registered_by = excluded.registered_by,
+               priority = excluded.priority, registered_by = excluded.registered_by,
                registered_at = now()""",
         (registered_by, Jsonb(types)),
     )

@@ -305,7 +305,8 @@ picked AS (
 released AS (
     UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
       FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
-    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue),
+    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue,
+              jobs.priority),
 wake AS ({ready_outbox_insert("released", "%(ready)s")})
 SELECT id, status FROM finished
 """

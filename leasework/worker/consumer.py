@@ -1,9 +1,10 @@
 """The consume stage: messages from ``jobs.ready`` in batches, one thread hop per batch.
 
-The loop takes every free slot (:mod:`leasework.worker.slots`), asks Kafka for that many
-messages at most (:func:`receive`), tracks each one's (partition, offset) in arrival order
-(:mod:`leasework.worker.offsets`) and decodes the job it wakes, gives back the slots it did
-not fill, and hands the batch to the claim stage on a memory channel. A message arrives here
+The loop asks Kafka for as many messages as its queue has slots free (:func:`receive`), tracks
+each one's (partition, offset) in arrival order (:mod:`leasework.worker.offsets`) and decodes
+the job it wakes, takes a slot for each (:mod:`leasework.worker.slots`: the queue's priority
+bands, a consumer each, share them) and hands the batch to the claim stage on a memory
+channel. A message arrives here
 exactly once and leaves as a :class:`Consumed`; nothing downstream talks to Kafka but the
 offsets stage.
 """
@@ -24,6 +25,7 @@ from leasework import metrics
 from leasework.config import Settings
 from leasework.kafka import client_config
 from leasework.pacing import Pacer
+from leasework.priorities import HIGHEST, band_group
 from leasework.queues import DEFAULT, consumer_group
 from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
@@ -45,10 +47,10 @@ class Consumed:
     job_id: uuid.UUID | None
 
 
-def consumer_config(settings: Settings, queue: str = DEFAULT) -> dict:
-    """The consumer of ``queue``'s topic, in the queue's own group."""
+def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHEST) -> dict:
+    """The consumer of ``queue``'s topic of priority ``band``, in the band's own group."""
     config = {
-        "group.id": consumer_group(settings.consumer_group, queue),
+        "group.id": band_group(consumer_group(settings.consumer_group, queue), band),
         # offsets are stored by the worker once a job's outcome is durable, and committed
         # by librdkafka in the background (plus synchronously on revoke and shutdown)
         "enable.auto.commit": True,
@@ -149,10 +151,16 @@ async def consume(
     stopping: Stopping,
     batches: trio.MemorySendChannel[list[Consumed]],
     paused: Callable[[], bool] = lambda: False,
+    band: int = HIGHEST,
 ) -> None:
-    """Poll until ``stopping``, then close ``batches``. Each message of a batch holds a slot
-    from here on; the channel's buffer is unbounded because the slots bound it. While
-    ``paused()`` the assignment is not fetched (polling goes on: it keeps the membership)."""
+    """Poll until ``stopping``, then close ``batches``. A poll asks for as many messages as
+    the queue has slots free (one at least), holding none while it waits; what it received
+    then takes slots as the priority ``band``'s (:meth:`Slots.take`: the highest band waiting
+    is served first) and goes to the claim stage as they are granted, so each message of a
+    batch holds a slot from there on; the channel's buffer is unbounded because the slots
+    bound it. While ``paused()`` the assignment is not fetched (polling goes on: it keeps the
+    membership). What was received and not yet granted a slot at ``stopping`` is dropped
+    unfinished: it is redelivered."""
     limiter = trio.CapacityLimiter(1)
     pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
     switch = PauseSwitch()  # likewise
@@ -161,23 +169,24 @@ async def consume(
         switch.apply(consumer, now_paused)
         return receive(consumer, at_most, pacer)
 
-    async with batches:
-        while not stopping.is_set():
-            free = await slots.take(MAX_POLL)
-            slots.polling = free
-            try:
+    async def cancel_at_stop(scope: trio.CancelScope) -> None:
+        await stopping.wait()
+        scope.cancel()
+
+    async with batches, trio.open_nursery() as loop:
+        loop.start_soon(cancel_at_stop, loop.cancel_scope)
+        received: list[Consumed] = []
+        while True:
+            if not received:
+                at_most = min(MAX_POLL, max(1, slots.available()))
                 messages = await trio.to_thread.run_sync(
-                    paused_receive, free, paused(), limiter=limiter
+                    paused_receive, at_most, paused(), limiter=limiter
                 )
-            except BaseException:
-                slots.release(free)
-                raise
-            finally:
-                slots.polling = 0
-            batch = arrived(messages, offsets)
-            slots.release(free - len(batch))
-            if batch:
-                batches.send_nowait(batch)
+                received = arrived(messages, offsets)
+                continue
+            granted = await slots.take(len(received), band)
+            batches.send_nowait(received[:granted])
+            received = received[granted:]
 
 
 def unexpected(message: Consumed | None) -> None:

@@ -55,8 +55,9 @@ from leasework.db import Database
 from leasework.kafka import client_config
 from leasework.lease import Leases
 from leasework.outcomes import RetryDefaults
+from leasework.priorities import HIGHEST, LEVELS, band_topic, band_topics
 from leasework.queue_ops import ensure_queues, paused_queues
-from leasework.queues import DEFAULT, ready_topic
+from leasework.queues import DEFAULT
 from leasework.ratelimit import RateLimits
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor
@@ -135,9 +136,10 @@ class Worker:
         self.claim_stages: dict[str, ClaimStage] = {}  # each queue's, while its pipeline runs
         self.paused: frozenset[str] = frozenset()  # the paused queues, read every PAUSE_READ s
 
-    async def ensure_queues(self) -> None:
-        """Create the queues this worker serves that do not exist yet (topic, then row),
-        trying again every 2 s while Postgres or Kafka cannot be reached."""
+    async def ensure_queues(self, topics: bool = False) -> None:
+        """Create the queues this worker serves that do not exist yet (topics, then row; with
+        ``topics``, every served queue's missing topics too), trying again every 2 s while
+        Postgres or Kafka cannot be reached."""
         settings = self.settings
 
         def ensure(conn) -> list[str]:
@@ -149,6 +151,7 @@ class Worker:
                 self.queues,
                 created_by=f"worker {self.name}",
                 extra=settings.kafka_properties,
+                topics=topics,
             )
 
         while True:
@@ -165,9 +168,7 @@ class Worker:
     async def topics_missing(self) -> bool:
         """Whether a served queue's topic is not in the cluster (or the cluster could not
         say): then the queues are made before subscribing."""
-        topics = [ready_topic(self.settings.topic_ready, q) for q in self.queues]
-        if topics == [self.settings.topic_ready]:
-            return False  # default only: its topic is the deployment's
+        topics = [t for q in self.queues for t in band_topics(self.settings.topic_ready, q)]
 
         def missing() -> bool:
             admin = AdminClient(
@@ -190,21 +191,23 @@ class Worker:
         a pipeline per queue and the shared background loops until ``stopping`` and the
         drain, commit each queue's finished prefix, close the consumers."""
         if await self.topics_missing():
-            await self.ensure_queues()  # before subscribing: a queue's consumer needs its topic
+            # before subscribing: a band's consumer needs its topic
+            await self.ensure_queues(topics=True)
             ensure_later = None
         else:
             ensure_later = self.ensure_queues  # (their rows, if made by hand: not urgent)
         feeds = []
         for queue in self.queues:
-            topic = ready_topic(self.settings.topic_ready, queue)
-            consumer = Consumer(consumer_config(self.settings, queue))
-            offsets = Offsets(consumer, topic)
-            await trio.to_thread.run_sync(
-                lambda c=consumer, t=topic, o=offsets: c.subscribe(
-                    [t], on_assign=o.on_assign, on_revoke=o.on_revoke
+            for band in LEVELS:
+                topic = band_topic(self.settings.topic_ready, queue, band)
+                consumer = Consumer(consumer_config(self.settings, queue, band))
+                offsets = Offsets(consumer, topic)
+                await trio.to_thread.run_sync(
+                    lambda c=consumer, t=topic, o=offsets: c.subscribe(
+                        [t], on_assign=o.on_assign, on_revoke=o.on_revoke
+                    )
                 )
-            )
-            feeds.append((consumer, offsets))
+                feeds.append((queue, band, consumer, offsets))
         presence = Presence(
             self.name, self.app.name, datetime.now(UTC), self.settings.worker_concurrency
         )
@@ -213,14 +216,16 @@ class Worker:
             background.start_soon(self.heartbeat.run)
             if ensure_later is not None:
                 background.start_soon(ensure_later)
-            for _, offsets in feeds:
+            for *_, offsets in feeds:
                 background.start_soon(offsets.run)
             background.start_soon(
                 presence_loop, self.db, presence, lambda: len(self.executor.running)
             )
             await background.start(self.watch_pauses)
             if self.settings.worker_wakeups:
-                queue_of_topic = {ready_topic(self.settings.topic_ready, q): q for q in self.queues}
+                queue_of_topic = {
+                    t: q for q in self.queues for t in band_topics(self.settings.topic_ready, q)
+                }
                 background.start_soon(
                     listen,
                     self.db,
@@ -232,20 +237,26 @@ class Worker:
                     self.quiet,
                 )
             async with trio.open_nursery() as pipelines:
-                for queue, (consumer, offsets) in zip(self.queues, feeds, strict=True):
-                    pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue)
-            for _, offsets in feeds:
+                for queue, band, consumer, offsets in feeds:
+                    pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue, band)
+            for *_, offsets in feeds:
                 await offsets.store()
                 await offsets.commit()
             background.cancel_scope.cancel()
-        for consumer, _ in feeds:
+        for _, _, consumer, _ in feeds:
             await trio.to_thread.run_sync(consumer.close)
 
     async def pipeline(
-        self, consumer: Consumer, offsets: Offsets, stopping: Stopping, queue: str = DEFAULT
+        self,
+        consumer: Consumer,
+        offsets: Offsets,
+        stopping: Stopping,
+        queue: str = DEFAULT,
+        band: int = HIGHEST,
     ) -> None:
-        """consume → claim → job tasks of one queue until ``stopping``, then the drain (of
-        every queue: the graceful time and the cancels are the worker's)."""
+        """consume → claim → job tasks of one queue's priority band until ``stopping``, then
+        the drain (of every queue: the graceful time and the cancels are the worker's). The
+        bands of a queue share its slots."""
         slots = self.slots_of[queue]
         batches_in, batches_out = trio.open_memory_channel[list[Consumed]](math.inf)
         started_in, started_out = trio.open_memory_channel[tuple[Consumed | None, Started]](
@@ -254,12 +265,13 @@ class Worker:
         claim = ClaimStage(
             self.claimer, offsets, slots, stopping, started_in, ttl=self.settings.lease_ttl
         )
-        self.claim_stages[queue] = claim
+        if band == HIGHEST:
+            self.claim_stages[queue] = claim  # the one a wake-up of the queue's claims in
         async with trio.open_nursery() as stages:
             stages.start_soon(claim.run, batches_out)
             stages.start_soon(self.run_jobs, started_out, offsets, slots)
             await consume(
-                consumer, offsets, slots, stopping, batches_in, lambda: queue in self.paused
+                consumer, offsets, slots, stopping, batches_in, lambda: queue in self.paused, band
             )
             await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
             stages.cancel_scope.cancel()  # every slot is back: the stages hold nothing

@@ -154,7 +154,7 @@ def test_a_partition_fetched_again_from_an_older_offset_is_logged_and_tracked_af
     assert offsets.tracker.in_flight() == 1
 
 
-async def test_the_loop_asks_for_no_more_than_the_free_slots_and_gives_back_the_unfilled():
+async def test_the_loop_asks_for_the_free_slots_and_waits_for_slots_with_what_it_received():
     ids = [uuid.uuid4() for _ in range(3)]
     error = Message(0, -1, None, error="transport failure")
     kafka = Kafka([message(0, ids[0]), message(1, ids[1]), error, message(2, ids[2])])
@@ -168,15 +168,31 @@ async def test_the_loop_asks_for_no_more_than_the_free_slots_and_gives_back_the_
             assert first == [Consumed(0, 0, ids[0]), Consumed(0, 1, ids[1])]
             assert kafka.calls == [("poll", 1), ("consume", 1)] and slots.held == 2
             await trio.sleep(0.05)
-            assert len(kafka.calls) == 2  # no free slot: no poll
+            # no free slot: a poll for one (the error is dropped), which waits for a slot
+            assert kafka.calls[2:] == [("poll", 1), ("poll", 1)]
+            assert slots.held == 2 and batches.statistics().current_buffer_used == 0
             slots.release()  # the first message is settled
-            second = await batches.receive()  # the error took the slot; it is given back
+            second = await batches.receive()
             assert second == [Consumed(0, 2, ids[2])] and slots.held == 2
             stopping.set("test")
             slots.release(2)
-    assert slots.held == 0  # the last, empty poll gave its slot back
+    assert slots.held == 0  # polls hold no slot
     with pytest.raises(trio.EndOfChannel):  # the stage closed its channel on its way out
         await batches.receive()
+
+
+async def test_what_was_received_when_stopping_is_dropped_unfinished_for_redelivery():
+    kafka = Kafka([message(0, uuid.uuid4()), message(1, uuid.uuid4())])
+    offsets = Offsets(kafka, "jobs.ready")  # type: ignore[arg-type]
+    slots, stopping = Slots(1), Stopping()
+    send, batches = trio.open_memory_channel[list[Consumed]](10)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume, kafka, offsets, slots, stopping, send)
+            await batches.receive()
+            await trio.sleep(0.05)  # the second waits for a slot
+            stopping.set("test")
+    assert slots.held == 1 and offsets.tracker.in_flight() == 2  # neither is finished
 
 
 class Pausable:

@@ -22,6 +22,9 @@ Rows, in this order (``--rows`` picks some):
 * ``limits`` (on request): concurrency limits per key and per queue and a rate limit under a
   backlog, the running jobs sampled from Postgres and the starts read from effects
   (``tools.bench.limits``; about two minutes).
+* ``priorities`` and ``isolation`` (on request): the scheduling delays of paced
+  high-priority jobs behind 20,000 low-priority ones, and of a queue's paced jobs while
+  another queue holds 20,000 slow ones, beside the same unflooded (``tools.bench.queues``).
 
 ``--repeat N`` runs all of it N times and writes ``summary.md`` with each figure's median and
 spread; ``--fresh`` stops and starts the whole stack before each run, then waits until the
@@ -72,6 +75,7 @@ from tools.bench import pgbench as bench_pgbench
 from tools.bench import proc as procfs
 from tools.bench.audit import audit_row
 from tools.bench.limits import limits_row
+from tools.bench.queues import isolation_row, priorities_row
 from tools.bench.tap import ReadyTap
 
 API_URL = "http://127.0.0.1:8080"
@@ -97,6 +101,8 @@ ROWS = (
     "unaudited-single",
     "audit",
     "limits",
+    "priorities",
+    "isolation",
 )
 DEFAULT_ROWS = (
     "floor,lone,single,single-client,batch,unaudited-batch,enqueue,enqueue-one,proxied-batch"
@@ -540,6 +546,12 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
                 result["limits"] = limits_row(
                     POSTGRES_DIRECT_DSN, f"{bench.run_id}-limits", cfg.row_timeout
                 )
+                bench.drop_jobs()
+                continue
+            if row in ("priorities", "isolation"):
+                bench.point_apps("direct")
+                measure = priorities_row if row == "priorities" else isolation_row
+                result[row] = measure(POSTGRES_DIRECT_DSN, f"{bench.run_id}-{row}")
                 bench.drop_jobs()
                 continue
             if row == "audit":

@@ -326,6 +326,7 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
             f"{limits['rate_most_in_a_second']} | {int(limits['rate']) + 1} |",
             "",
         ]
+    lines += queues_lines(result)
     audit = result.get("audit")
     if audit:
         lines += [
@@ -554,3 +555,45 @@ def render_svg(
         out.append(f'<text x="{left + plot_w + 36}" y="{ly}">{escape(name)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def queues_lines(result: dict[str, Any]) -> list[str]:
+    """The priorities and isolation rows (``tools/bench/queues.py``), when measured."""
+    lines: list[str] = []
+    prio, iso = result.get("priorities"), result.get("isolation")
+    if prio:
+        verdict = "met" if prio["p99_ms"] < prio["goal_p99_ms"] else "**not met**"
+        lines += [
+            "## Priorities behind a backlog (issue 22)",
+            "",
+            f"{prio['paced']} `noop` jobs of priority 0, 10 a second, while {prio['flood']} "
+            f"`sleep` jobs (0.2 s) of priority 3 waited in the same queue "
+            f"({prio['flood_started']} of them had started, {prio['flood_waiting_after']} "
+            "still waited when the last paced job ran):",
+            "",
+            "| scheduling delay | p50 | p99 | max | goal (p99) |",
+            "|:---|---:|---:|---:|---:|",
+            f"| priority 0 behind the backlog | {prio['p50_ms']} ms | {prio['p99_ms']} ms | "
+            f"{prio['max_ms']} ms | under {prio['goal_p99_ms']:g} ms: {verdict} |",
+            "",
+        ]
+    if iso:
+        a, f = iso["unflooded"], iso["flooded"]
+        verdict = "met" if f["p99_ms"] < iso["goal_p99_ms"] else "**not met**"
+        lines += [
+            "## Isolation of queues (issue 22)",
+            "",
+            f"{iso['paced']} `noop` jobs in `default`, 10 a second, alone and then while "
+            f"`emails` held {iso['flood']} `sleep` jobs of 1 s "
+            f"({iso['flood_waiting_after']} still waited when the last paced job ran):",
+            "",
+            "| scheduling delay in `default` | p50 | p99 | max |",
+            "|:---|------:|---:|---:|",
+            f"| unflooded | {a['p50_ms']} ms | {a['p99_ms']} ms | {a['max_ms']} ms |",
+            f"| `emails` flooded | {f['p50_ms']} ms | {f['p99_ms']} ms | {f['max_ms']} ms |",
+            "",
+            f"Goal: flooded p99 under the unflooded p99 plus 100 ms, {iso['goal_p99_ms']} ms: "
+            f"{verdict}.",
+            "",
+        ]
+    return lines

@@ -1,0 +1,155 @@
+"""``just bench --rows priorities,isolation`` (on request): scheduling delays behind a flood,
+observed from Postgres while the demo's workers run it (issue 22).
+
+* priorities: 20,000 ``sleep`` jobs (0.2 s) of the lowest priority (3) in the ``default``
+  queue, enqueued at once; once they run, 100 ``noop`` jobs of the highest priority (0),
+  one per transaction, 10 a second; their scheduling delays (start minus due);
+* isolation: the same 100 paced ``noop`` jobs in ``default`` with the machine otherwise
+  idle (unflooded), then again while the ``emails`` queue holds 20,000 slow jobs (``sleep``,
+  1 s) and runs them.
+
+What is left of a flood when its measurement ends is cancelled in Postgres (its Kafka
+messages then find the jobs cancelled), and the next measurement waits until nothing runs.
+Each figure is what was observed, beside the goal: a p99 above it is the row's finding (the
+report says so), not an assertion.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+import leasework
+
+FLOOD = 20_000
+PACED, PACE = 100, 0.1  # jobs, seconds between two
+LOW, HIGH = 3, 0
+PRIORITY_GOAL = 1.0  # seconds, the high-priority jobs' p99 behind the flood
+ISOLATION_MARGIN = 0.1  # seconds over the unflooded p99
+FLOODED_QUEUE = "emails"
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _count(conn: psycopg.Connection, tag: str, condition: str) -> int:
+    return conn.execute(
+        f"SELECT count(*) AS n FROM jobs WHERE payload->>'bench' = %s AND {condition}", (tag,)
+    ).fetchone()["n"]
+
+
+def _wait(conn: psycopg.Connection, what: str, done, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"queues: {what}: not within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def _flood(dsn: str, conn: psycopg.Connection, tag: str, **job: Any) -> None:
+    """Enqueue the flood, 1,000 per transaction, and wait until its jobs run."""
+    payload = {**job.pop("payload"), "bench": tag}
+    with psycopg.connect(dsn) as writer:
+        for _ in range(FLOOD // 1000):
+            leasework.enqueue_many(
+                writer, [{"job_type": "sleep", "payload": payload, **job}] * 1000
+            )
+            writer.commit()
+    _wait(conn, "the flood to run", lambda: _count(conn, tag, "status = 'running'") >= 50, 120)
+
+
+def _drain(conn: psycopg.Connection, tag: str) -> int:
+    """Cancel what is left of a flood; wait until none of it runs. Returns how many were
+    left waiting."""
+    left = conn.execute(
+        "UPDATE jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
+        "WHERE payload->>'bench' = %s AND status IN ('queued', 'scheduled')",
+        (tag,),
+    ).rowcount
+    _wait(conn, "the flood to stop", lambda: _count(conn, tag, "status = 'running'") == 0, 120)
+    return left
+
+
+def _paced(dsn: str, conn: psycopg.Connection, tag: str, **options: Any) -> list[float]:
+    """Enqueue :data:`PACED` ``noop`` jobs, one per transaction every :data:`PACE` s; their
+    scheduling delays once all ran."""
+    with psycopg.connect(dsn, autocommit=True) as writer:
+        start = time.monotonic()
+        for i in range(PACED):
+            time.sleep(max(0.0, start + i * PACE - time.monotonic()))
+            leasework.enqueue(writer, "noop", {"bench": tag}, **options)
+    _wait(
+        conn,
+        "the paced jobs to run",
+        lambda: _count(conn, tag, "status = 'succeeded'") >= PACED,
+        60,
+    )
+    return [
+        float(r["d"])
+        for r in conn.execute(
+            "SELECT extract(epoch FROM started_at - run_at) AS d FROM jobs "
+            "WHERE payload->>'bench' = %s",
+            (tag,),
+        ).fetchall()
+    ]
+
+
+def _delays(delays: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(delays, 0.5) * 1000, 1),
+        "p99_ms": round(percentile(delays, 0.99) * 1000, 1),
+        "max_ms": round(max(delays) * 1000, 1),
+    }
+
+
+def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        flood = f"{tag}-low"
+        log(f"priorities: {FLOOD} sleep jobs of priority {LOW} in default")
+        _flood(dsn, conn, flood, payload={"seconds": 0.2}, priority=LOW)
+        log(f"priorities: {PACED} noop jobs of priority {HIGH}, {1 / PACE:g} a second")
+        delays = _paced(dsn, conn, f"{tag}-high", priority=HIGH)
+        waiting = _count(conn, flood, "status = 'queued'")
+        ran = _count(conn, flood, "started_at IS NOT NULL")
+        _drain(conn, flood)
+    return {
+        "name": "priorities",
+        "flood": FLOOD,
+        "flood_waiting_after": waiting,
+        "flood_started": ran,
+        "paced": PACED,
+        "goal_p99_ms": PRIORITY_GOAL * 1000,
+        **_delays(delays),
+    }
+
+
+def isolation_row(dsn: str, tag: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        log(f"isolation: {PACED} noop jobs in default, unflooded")
+        alone = _delays(_paced(dsn, conn, f"{tag}-alone"))
+        flood = f"{tag}-flood"
+        log(f"isolation: {FLOOD} slow sleep jobs in {FLOODED_QUEUE}")
+        _flood(dsn, conn, flood, payload={"seconds": 1.0}, queue=FLOODED_QUEUE)
+        log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} flooded")
+        flooded = _delays(_paced(dsn, conn, f"{tag}-flooded"))
+        waiting = _count(conn, flood, "status = 'queued'")
+        _drain(conn, flood)
+    return {
+        "name": "isolation",
+        "flood": FLOOD,
+        "flood_waiting_after": waiting,
+        "paced": PACED,
+        "unflooded": alone,
+        "flooded": flooded,
+        "goal_p99_ms": round(alone["p99_ms"] + ISOLATION_MARGIN * 1000, 1),
+    }
