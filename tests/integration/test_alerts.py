@@ -150,6 +150,11 @@ def test_a_healthy_run_under_load_fires_no_alert(stack, client, tmp_path, db):
     assert not delivered, f"notifications of a healthy run: {delivered}"
 
 
+# on demand, to keep CI under 25 minutes (97 s): chaos scenario k-relay-down-alerts shows
+# the same alerts fired and delivered; in CI, test_chaos.py shows an alert fired and
+# delivered through Alertmanager (b-worker-sigstop's FenceRejections, b-unsafe's
+# InvariantViolated), and test_a_run_of_dead_jobs_fires_dead_letters another rule
+@pytest.mark.ondemand
 def test_relay_killed_fires_relay_stalled_and_outbox_backlog(stack, client, prometheus):
     expected = {"LeaseworkRelayStalled", "LeaseworkOutboxBacklog"}
     start = time.time()
@@ -174,6 +179,9 @@ def test_a_run_of_dead_jobs_fires_dead_letters(stack, client, prometheus):
     assert_delivered({"LeaseworkDeadLetters"}, prometheus, start)
 
 
+# on demand, to keep CI under 25 minutes (75 s): delivery after an Alertmanager outage is
+# shown by this test alone (the delivery path itself is in CI through test_chaos.py)
+@pytest.mark.ondemand
 def test_alertmanager_down_fires_unreachable_and_delivers_what_fired_once_it_is_back(
     stack, client, prometheus
 ):
