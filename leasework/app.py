@@ -141,13 +141,18 @@ class JobType:
         if unique is not None and (errors := fields_errors(unique, self.payload_fields())):
             raise AppError(f"{name}: unique: {errors[0].message}")
         self.unique = unique
+        self._set_place(queue, priority)
+        self._set_limits(concurrency, concurrency_key, rate, rate_burst, rate_key)
+
+    def _set_place(self, queue: str | None, priority: int | None) -> None:
+        """Check and keep the queue its jobs wait in and their priority there (see
+        :meth:`App.job`)."""
         if queue is not None and (problem := queues.name_error(queue)) is not None:
-            raise AppError(f"{name}: queue {queue!r} {problem}")
+            raise AppError(f"{self.name}: queue {queue!r} {problem}")
         self.queue = queue  # None: the default queue
         if priority is not None and (problem := priorities.priority_error(priority)) is not None:
-            raise AppError(f"{name}: priority {priority!r} {problem}")
-        self.priority = priority  # None: the highest, 0
-        self._set_limits(concurrency, concurrency_key, rate, rate_burst, rate_key)
+            raise AppError(f"{self.name}: priority {priority!r} {problem}")
+        self.priority = priority  # None: the highest, 0 (leasework.priorities)
 
     def _set_limits(
         self,

@@ -58,7 +58,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -110,6 +110,7 @@ class FinishedJob:
     tick_at: datetime | None = None
     unique_key: bytes | None = None  # its unique key, if it asked for one
     limit_key: str | None = None  # the concurrency limit it ran under, if its type has one
+    queue: str = "default"  # the queue it ran in (a queue's cap is a limit too)
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,9 @@ def check_limits(
     jobs: Iterable[FinishedJob], spans: Iterable[LimitSpan], limits: Mapping[str, int]
 ) -> list[Violation]:
     """Each finished job with a limit key one of whose attempts ran while more attempts of
-    its key were running than its type's limit (``limits``, by type) allows. ``spans``:
-    every attempt of the jobs of those keys that may overlap."""
+    its key were running than its type's limit (``limits``, by type; a queue's cap is the
+    limit ``@<queue>``, see :func:`queue_capped`) allows. ``spans``: every attempt of the
+    jobs of those keys that may overlap."""
     of: dict[str, list[LimitSpan]] = {}
     for s in spans:
         of.setdefault(s.limit_key, []).append(s)
@@ -344,6 +346,18 @@ def check_limits(
                 )
             )
     return found
+
+
+def queue_capped(jobs: Iterable[FinishedJob], caps: Mapping[str, int]) -> list[FinishedJob]:
+    """The jobs of the queues ``caps`` caps, each as a job of the limit ``@<queue>`` (the
+    name a held job's ``held_for`` gives a queue's cap), for :func:`check_limits` with
+    :func:`cap_limits`."""
+    return [replace(j, limit_key=f"@{j.queue}") for j in jobs if j.queue in caps]
+
+
+def cap_limits(caps: Mapping[str, int]) -> dict[str, int]:
+    """Queue caps as :func:`check_limits` takes limits."""
+    return {f"@{queue}": cap for queue, cap in caps.items()}
 
 
 def overdue_lease(job_id: uuid.UUID, overdue_seconds: float, owner: str | None) -> Violation:
@@ -420,6 +434,7 @@ def finished_job(row: Mapping[str, Any]) -> FinishedJob:
         tick_at=row.get("tick_at"),
         unique_key=bytes(row["unique_key"]) if row.get("unique_key") is not None else None,
         limit_key=row.get("limit_key"),
+        queue=row.get("queue") or "default",
     )
 
 

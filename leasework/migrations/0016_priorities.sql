@@ -221,3 +221,130 @@ BEGIN
     END LOOP;
 END $$;
 
+-- The SQL door (0007's), naming a queue and a priority too (NULL: the type's, else `default`
+-- and 0). A queue that does not exist and a priority that is none are refused by the insert,
+-- saying what to do.
+DROP FUNCTION leasework_enqueue(text, jsonb, timestamptz, interval, integer, integer, text, text, text[], interval, text[]);
+CREATE FUNCTION leasework_enqueue(
+    job_type        text,
+    payload         jsonb       DEFAULT '{}'::jsonb,
+    run_at          timestamptz DEFAULT NULL,
+    delay           interval    DEFAULT NULL,
+    max_attempts    integer     DEFAULT NULL,
+    timeout_seconds integer     DEFAULT NULL,
+    ordering_key    text        DEFAULT NULL,
+    idempotency_key text        DEFAULT NULL,
+    unique_fields   text[]      DEFAULT NULL,
+    unique_period   interval    DEFAULT NULL,
+    unique_states   text[]      DEFAULT NULL,
+    queue           text        DEFAULT NULL,
+    priority        integer     DEFAULT NULL
+) RETURNS uuid LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    known text;
+    properties jsonb;
+    declared jsonb;
+    policy jsonb;
+    missing text;
+    result record;
+BEGIN
+    IF job_type IS NULL OR job_type !~ '^[A-Za-z0-9_.:-]{1,100}$' THEN
+        RAISE EXCEPTION 'leasework_enqueue: job_type % is invalid', quote_nullable(job_type)
+            USING ERRCODE = '22023', HINT = 'use 1-100 letters, digits and _ . : -';
+    END IF;
+    SELECT t.payload_schema->'properties', t.unique_policy INTO properties, declared
+    FROM job_types t WHERE t.name = job_type;
+    IF NOT FOUND THEN
+        SELECT string_agg(t.name, ', ' ORDER BY t.name) INTO known FROM job_types t;
+        RAISE EXCEPTION 'leasework_enqueue: unknown job type %', quote_literal(job_type)
+            USING ERRCODE = '22023',
+                  HINT = 'registered types: ' || coalesce(known, 'none') || '; an api or worker '
+                         'registers the types of its app (LEASEWORK_APP) when it starts';
+    END IF;
+    IF payload IS NULL THEN
+        payload := 'null'::jsonb;
+    END IF;
+    IF leasework_jsonb_depth(payload, 33) > 32 THEN
+        RAISE EXCEPTION 'leasework_enqueue: payload nests deeper than 32 levels'
+            USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_path_query(payload, 'lax $.**') AS v
+               WHERE jsonb_typeof(v) = 'number' AND length(v::text) > 1001) THEN
+        RAISE EXCEPTION 'leasework_enqueue: payload holds a number of more than 1000 digits'
+            USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(payload::text) > 1048576 THEN
+        RAISE EXCEPTION 'leasework_enqueue: payload is over 1048576 bytes as JSON'
+            USING ERRCODE = '22023', HINT = 'store large data elsewhere and pass a reference';
+    END IF;
+    IF run_at IS NOT NULL AND delay IS NOT NULL THEN
+        RAISE EXCEPTION 'leasework_enqueue: give run_at or delay, not both' USING ERRCODE = '22023';
+    END IF;
+    IF delay IS NOT NULL AND (delay < interval '0' OR delay > interval '366 days') THEN
+        RAISE EXCEPTION 'leasework_enqueue: delay must be between 0 and 366 days'
+            USING ERRCODE = '22023';
+    END IF;
+    IF run_at IS NOT NULL AND NOT isfinite(run_at) THEN
+        RAISE EXCEPTION 'leasework_enqueue: run_at must be a finite time' USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts IS NOT NULL AND NOT max_attempts BETWEEN 1 AND 100 THEN
+        RAISE EXCEPTION 'leasework_enqueue: max_attempts must be between 1 and 100'
+            USING ERRCODE = '22023';
+    END IF;
+    IF timeout_seconds IS NOT NULL AND NOT timeout_seconds BETWEEN 1 AND 86400 THEN
+        RAISE EXCEPTION 'leasework_enqueue: timeout_seconds must be between 1 and 86400'
+            USING ERRCODE = '22023';
+    END IF;
+    IF ordering_key IS NOT NULL AND NOT length(ordering_key) BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'leasework_enqueue: ordering_key must be 1-200 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    IF idempotency_key IS NOT NULL AND NOT length(idempotency_key) BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'leasework_enqueue: idempotency_key must be 1-200 characters'
+            USING ERRCODE = '22023';
+    END IF;
+    policy := leasework_unique_policy(unique_fields, unique_period, unique_states, properties);
+    -- every field of the key (asked here, else declared by the type) is in the payload
+    SELECT string_agg(quote_literal(f), ', ') INTO missing
+    FROM jsonb_array_elements_text(coalesce(policy, declared)->'fields') AS f
+    WHERE NOT (jsonb_typeof(payload) = 'object' AND payload ? f);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'leasework_enqueue: the payload has no % (the unique key''s field)', missing
+            USING ERRCODE = '22023',
+                  HINT = 'a unique job''s key is made of these top-level payload fields: put '
+                         'them in the payload';
+    END IF;
+    SELECT * INTO result FROM leasework_jobs_insert(jsonb_build_array(jsonb_strip_nulls(
+        jsonb_build_object(
+            'id', gen_random_uuid(),
+            'type', job_type,
+            'payload', payload,
+            'run_at', run_at,
+            'delay_seconds', extract(epoch FROM delay),
+            'max_attempts', max_attempts,
+            'timeout_seconds', timeout_seconds,
+            'ordering_key', ordering_key,
+            'idempotency_key', idempotency_key,
+            'unique', policy,
+            'queue', queue,
+            'priority', priority))
+        -- jsonb_strip_nulls also strips nulls inside the payload: put the payload back as is
+        || jsonb_build_object('payload', payload)));
+    IF result.conflict THEN
+        RAISE EXCEPTION 'leasework_enqueue: idempotency key % was used for a different request',
+                        quote_literal(idempotency_key)
+            USING ERRCODE = '23505',
+                  DETAIL = 'the earlier job is ' || result.id::text,
+                  HINT = 'use a new key for a new job, or repeat the original request';
+    END IF;
+    PERFORM set_config('leasework.enqueue_outcome',
+                       CASE WHEN result.duplicate THEN 'duplicate'
+                            WHEN result.replay THEN 'replay' ELSE 'inserted' END, true);
+    IF result.duplicate THEN
+        RAISE NOTICE 'leasework_enqueue: duplicate of job %', result.id
+            USING DETAIL = 'job ' || result.id::text || ' (' || result.status || ') holds the '
+                           'unique key; nothing was written';
+    END IF;
+    RETURN result.id;
+END $$;

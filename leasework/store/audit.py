@@ -18,6 +18,7 @@ from leasework.audit import (
     LimitSpan,
     Violation,
     attempt_row,
+    cap_limits,
     check_finished,
     check_limits,
     check_ticks,
@@ -25,6 +26,7 @@ from leasework.audit import (
     finished_job,
     key_jobs,
     overdue_lease,
+    queue_capped,
     stuck_queued,
     tick_job,
 )
@@ -86,7 +88,7 @@ def finished_since(
     Through ``jobs_finished_idx``: the cost follows the batch, not the table."""
     rows = conn.execute(
         """SELECT id, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
-                  unique_key, limit_key FROM jobs
+                  unique_key, limit_key, queue FROM jobs
            WHERE status = ANY(%(terminal)s::text[])
              AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
              AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz)
@@ -150,19 +152,28 @@ def finished_violations(
     limited = [j for j in jobs if j.limit_key is not None]
     if limited:
         found += check_limits(limited, limit_spans(conn, limited), type_limits(conn))
+    caps = queue_caps(conn)
+    if capped := queue_capped(jobs, caps):
+        found += check_limits(capped, queue_spans(conn, capped), cap_limits(caps))
     return found
+
+
+def _attempts_window(conn: psycopg.Connection, jobs: list[FinishedJob]) -> dict | None:
+    """``lo`` and ``hi``: when the first attempt of ``jobs`` started and the last finished
+    (None: none started)."""
+    own = conn.execute(
+        "SELECT min(started_at) AS lo, max(finished_at) AS hi FROM attempts "
+        "WHERE job_id = ANY(%s::uuid[])",
+        ([j.id for j in jobs],),
+    ).fetchone()
+    return None if own["lo"] is None else own
 
 
 def limit_spans(conn: psycopg.Connection, limited: list[FinishedJob]) -> list[LimitSpan]:
     """The attempts of every job of the limits of ``limited`` that may overlap theirs
     (through jobs_limit_key_idx, migration 0015: created before the last of theirs finished,
     not finished before the first of theirs started)."""
-    own = conn.execute(
-        "SELECT min(started_at) AS lo, max(finished_at) AS hi FROM attempts "
-        "WHERE job_id = ANY(%s::uuid[])",
-        ([j.id for j in limited],),
-    ).fetchone()
-    if own["lo"] is None:
+    if (own := _attempts_window(conn, limited)) is None:
         return []
     rows = conn.execute(
         """SELECT a.job_id, j.limit_key, a.started_at, a.finished_at
@@ -176,6 +187,39 @@ def limit_spans(conn: psycopg.Connection, limited: list[FinishedJob]) -> list[Li
         for r in rows
         if r["started_at"] is not None
     ]
+
+
+def queue_spans(conn: psycopg.Connection, capped: list[FinishedJob]) -> list[LimitSpan]:
+    """The attempts of every job of the queues of ``capped`` (jobs of limit ``@<queue>``)
+    that may overlap theirs: created before the last of theirs finished, and finished after
+    the first of theirs started or not finished (through jobs_finished_idx and
+    jobs_status_created_idx)."""
+    if (own := _attempts_window(conn, capped)) is None:
+        return []
+    rows = conn.execute(
+        """SELECT a.job_id, '@' || j.queue AS limit_key, a.started_at, a.finished_at
+           FROM jobs j JOIN attempts a ON a.job_id = j.id
+           WHERE j.queue = ANY(%(queues)s) AND j.created_at <= %(hi)s
+             AND ((j.status = ANY(%(terminal)s::text[]) AND j.finished_at >= %(lo)s)
+                  OR j.status <> ALL(%(terminal)s::text[]))""",
+        {
+            "queues": sorted({j.queue for j in capped}),
+            "terminal": _TERMINAL,
+            "lo": own["lo"],
+            "hi": own["hi"],
+        },
+    ).fetchall()
+    return [
+        LimitSpan(r["job_id"], r["limit_key"], r["started_at"], r["finished_at"])
+        for r in rows
+        if r["started_at"] is not None
+    ]
+
+
+def queue_caps(conn: psycopg.Connection) -> dict[str, int]:
+    """Each capped queue's concurrency cap as set now."""
+    rows = conn.execute("SELECT name, concurrency FROM queues WHERE concurrency IS NOT NULL")
+    return {r["name"]: int(r["concurrency"]) for r in rows.fetchall()}
 
 
 def type_limits(conn: psycopg.Connection) -> dict[str, int]:

@@ -23,9 +23,9 @@ from leasework.states import Status
 from leasework.store import audit as store_audit
 from tests.integration.conftest import DIRECT_DSN
 
-TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations")
+TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations", "queues")
 CONFIG = AuditorConfig(settle=0.0, lease_grace=30.0, stuck_after=600.0)
-FINISHED = 19  # the finished jobs seeded() makes
+FINISHED = 22  # the finished jobs seeded() makes
 
 
 @pytest.fixture
@@ -139,6 +139,18 @@ def seeded(conn) -> dict[Kind, set[uuid.UUID]]:
     limited("keyed/fine", 48, 42)
     over = {limited("keyed/over", 50, 40), limited("keyed/over", 48, 42)}
     over.add(limited("keyed/over", 45, 30))  # a third while both ran: all three named
+    # a queue capped at one running job: two that overlapped, and one alone after them
+    conn.execute("INSERT INTO queues (name, created_by, concurrency) VALUES ('capped', 't', 1)")
+
+    def capped(start: int, end: int) -> uuid.UUID:
+        span = (now - timedelta(minutes=start), now - timedelta(minutes=end))
+        created = span[0] - timedelta(minutes=1)
+        return seed(
+            conn, ok, once, queue="capped", ran=span, finished_at=span[1], created_at=created
+        )
+
+    over |= {capped(50, 40), capped(45, 35)}
+    capped(30, 25)
     singles = {
         Kind.EFFECTS_TWICE: seed(
             conn, ok, [(1, failed, False), (2, ok, True), (3, ok, True)], fence=3

@@ -382,11 +382,51 @@ def test_the_queues_page_pauses_a_queue_its_jobs_wait_and_resume_runs_them(brows
         context.close()
 
 
+def test_the_queues_page_caps_a_queue_refuses_a_cap_that_is_none_and_lifts_it(
+    browser, make_token, db
+):
+    _, token = make_token("read", "cancel")
+    context, page = login(browser, token, "/ui/queues")
+    try:
+        with page.expect_navigation():
+            page.locator("tr#queue-emails a:text-is('Cap…')").click()
+        assert page.inner_text("#current-cap") == "no cap"
+        page.fill("#concurrency", "0")
+        with page.expect_navigation():
+            page.click("#confirm")
+        assert "The cap must be a whole number of at least 1" in page.inner_text("p.error")
+        page.fill("#concurrency", "2")
+        with page.expect_navigation():
+            page.click("#confirm")
+        assert "Queue emails: Capped" in page.inner_text("main")
+        cells = page.locator("tr#queue-emails td.num").all_inner_texts()
+        assert "2" in cells, cells
+        cap = db.execute("SELECT concurrency FROM queues WHERE name = 'emails'").fetchone()
+        assert cap["concurrency"] == 2
+        shot(page, "queues-capped")
+        with page.expect_navigation():
+            page.locator("tr#queue-emails a:text-is('Cap…')").click()
+        page.fill("#concurrency", "")
+        with page.expect_navigation():
+            page.click("#confirm")
+        assert "Queue emails: Its cap is lifted" in page.inner_text("main")
+        audited = db.execute(
+            "SELECT detail FROM audit_log WHERE action = 'queue-concurrency' "
+            "AND target = 'queue:emails' ORDER BY id DESC LIMIT 2"
+        ).fetchall()
+        assert [a["detail"]["to"] for a in audited] == [None, 2]
+    finally:
+        with psycopg.connect(DIRECT_DSN) as conn:
+            conn.execute("UPDATE queues SET concurrency = NULL WHERE name = 'emails'")
+        context.close()
+
+
 def test_a_read_only_token_sees_the_queues_but_cannot_pause_one(browser, make_token):
     _, token = make_token("read")
     context, page = login(browser, token, "/ui/queues")
     assert "emails" in page.inner_text("main")
     assert page.locator("a:text-is('Pause…')").count() == 0
+    assert page.locator("a:text-is('Cap…')").count() == 0
     refused = context.request.get(f"{UI}/queues/emails/pause")
     assert refused.status == 403 and "needs &#39;cancel&#39;" in refused.text()
     context.close()

@@ -70,3 +70,18 @@ def test_a_priority_that_is_none_is_refused_by_the_api_and_the_sql_door(client, 
             (json.dumps([{"id": str(uuid.uuid4()), "type": "noop", "priority": bad}]),),
         )
     assert "0 (the highest, and the default) to 3" in refused.value.diag.message_hint
+
+
+def test_the_sql_door_names_a_queue_and_a_priority(db):
+    job_id = db.execute(
+        "SELECT leasework_enqueue('noop', '{}', queue => 'emails', priority => 2) AS id"
+    ).fetchone()["id"]
+    row = db.execute(
+        "SELECT j.queue, j.priority, o.topic FROM jobs j LEFT JOIN outbox o ON o.job_id = j.id "
+        "WHERE j.id = %s",
+        (job_id,),
+    ).fetchone()
+    assert (row["queue"], row["priority"]) == ("emails", 2)
+    assert row["topic"] in (None, "jobs.ready.emails.p2")  # (None: published already)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="priority 9"):
+        db.execute("SELECT leasework_enqueue('noop', priority => 9)")

@@ -107,6 +107,10 @@ CONSOLE_REQUESTS: dict[str, list[tuple[str, str, dict[str, str] | None]]] = {
                             ("POST", f"/ui/queues/t-no-such-queue/{action}", {})]
         for action in ("pause", "resume")
     },
+    "queue_concurrency": [
+        ("GET", "/ui/queues/t-no-such-queue/concurrency", None),
+        ("POST", "/ui/queues/t-no-such-queue/concurrency", {"concurrency": "2"}),
+    ],
     "workers": [("GET", "/ui/workers", None)],
     "audit": [("GET", "/ui/audit", None)],
     "invariants": [("GET", "/ui/invariants", None)],

@@ -17,11 +17,13 @@ from leasework.audit import (
     Kind,
     LimitSpan,
     TickJob,
+    cap_limits,
     check_finished,
     check_limits,
     check_ticks,
     check_unique_keys,
     overdue_lease,
+    queue_capped,
     stuck_queued,
 )
 from leasework.audit_cli import parse_moment
@@ -254,3 +256,17 @@ def test_a_reaped_attempts_slot_counts_until_it_was_taken_back_and_other_keys_do
     assert kinds(check_limits([b], running, {"keyed": 1})) == ["over_limit"]
     assert check_limits([other], running, {"keyed": 1}) == []
     assert check_limits([b], running, {}) == []  # no longer limited: nothing to hold it to
+
+
+def test_a_queues_cap_is_checked_as_the_limit_of_its_name():
+    caps = {"emails": 1}
+    a, b, elsewhere = (
+        FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW, queue=q)
+        for q in ("emails", "emails", "default")
+    )
+    capped = queue_capped([a, b, elsewhere], caps)
+    assert [(j.id, j.limit_key) for j in capped] == [(a.id, "@emails"), (b.id, "@emails")]
+    spans = [span(capped[0], 0, 10), span(capped[1], 5, 12)]
+    found = check_limits(capped, spans, cap_limits(caps))
+    assert {v.job_id for v in found} == {a.id, b.id} and "limit @emails" in found[0].detail
+    assert check_limits(capped, spans, cap_limits({"emails": 2})) == []

@@ -3,12 +3,20 @@ door writes."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
+
 import pytest
 
-from leasework.api.openapi import SUBMIT_OPTIONS
+from leasework.api.jobs import job_view
+from leasework.api.openapi import SUBMIT_OPTIONS, openapi_document
 from leasework.api.validation import job_request
 from leasework.app import App, AppError
+from leasework.client import batch_item, submit_body
+from leasework.enqueue import job as enqueue_job
+from leasework.job import Job
 from leasework.priorities import band_group, band_topic, band_topics, priority_error
+from leasework.states import Status
 from leasework.submission import Defaults, JobRequest, insert_row, request_errors
 
 
@@ -87,3 +95,82 @@ def test_a_type_declaring_a_priority_that_is_none_is_refused_at_declaration():
 
         @app.job("bulk", priority=9)
         async def bulk(ctx) -> None: ...
+
+
+@pytest.mark.parametrize("bad", [4, -1, True, "1", 1.5])
+def test_the_refusal_says_what_a_priority_is(bad):
+    (error,) = request_errors(JobRequest("plain", priority=bad), _app())
+    assert error.field == "priority"
+    assert (
+        error.message
+        == "must be an integer from 0 (the highest, and the default) to 3 (the lowest)"
+    )
+
+
+def test_a_type_declaring_a_boolean_priority_is_refused_too():
+    with pytest.raises(AppError, match="bulk: priority True must be an integer from 0"):
+        App().job("bulk", priority=True)(_handler)
+
+
+def test_the_api_takes_a_whole_number_priority_and_a_batch_item_may_ask_one():
+    accepted = job_request({"type": "plain", "priority": 3.0}, _app())
+    assert isinstance(accepted, JobRequest) and accepted.priority == 3
+    item = job_request({"type": "plain", "priority": 1}, _app(), batch_item=True)
+    assert isinstance(item, JobRequest) and item.priority == 1
+    left_out = job_request({"type": "plain", "priority": None}, _app())
+    assert isinstance(left_out, JobRequest) and left_out.priority is None
+
+
+def test_the_document_offers_a_priority_to_every_types_submit_and_shows_the_jobs():
+    schemas = openapi_document(_app())["components"]["schemas"]
+    for name in ("Submit.bulk", "Submit.plain", "BatchItem.bulk"):
+        assert schemas[name]["properties"]["priority"] == SUBMIT_OPTIONS["priority"]
+    assert "starts first" in SUBMIT_OPTIONS["priority"]["description"]
+    shown = schemas["Job"]["properties"]["priority"]
+    assert (shown["type"], shown["minimum"], shown["maximum"]) == ("integer", 0, 3)
+
+
+def test_the_job_view_shows_its_priority():
+    now = datetime.now(UTC)
+    job = Job(
+        id=uuid.uuid4(),
+        type="bulk",
+        payload={},
+        status=Status.QUEUED,
+        run_at=now,
+        attempt=0,
+        max_attempts=3,
+        timeout_seconds=30,
+        fence=0,
+        lease_owner=None,
+        lease_expires_at=None,
+        idempotency_key=None,
+        ordering_key=None,
+        last_error=None,
+        cancel_requested=False,
+        created_at=now,
+        updated_at=now,
+        started_at=None,
+        finished_at=None,
+        result=None,
+        retry_base=None,
+        retry_cap=None,
+        deferrals=0,
+        attempt_budget=3,
+        priority=2,
+    )
+    view = job_view(job)
+    assert view["priority"] == 2 and view["queue"] == "default"
+
+
+def test_the_client_and_enqueue_carry_a_priority_only_when_asked():
+    assert submit_body("bulk", {}, priority=2)["priority"] == 2
+    assert submit_body("bulk", {}, priority=0)["priority"] == 0  # 0 is asked, not left out
+    assert "priority" not in submit_body("bulk", {})
+    assert batch_item({"type": "bulk", "priority": 1})["priority"] == 1
+    assert enqueue_job("bulk", {}, priority=1).priority == 1
+    assert enqueue_job("bulk", {}).priority is None
+
+
+async def _handler(ctx) -> None:
+    return None

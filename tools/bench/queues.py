@@ -76,11 +76,18 @@ def _flood(dsn: str, conn: psycopg.Connection, tag: str, **job: Any) -> None:
 def _drain(conn: psycopg.Connection, tag: str) -> int:
     """Cancel what is left of a flood; wait until none of it runs. Returns how many were
     left waiting."""
-    left = conn.execute(
-        "UPDATE jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
-        "WHERE payload->>'bench' = %s AND status IN ('queued', 'scheduled')",
-        (tag,),
-    ).rowcount
+    left = 0
+    while True:  # a thousand at a time, none a claim holds (one statement would deadlock)
+        cancelled = conn.execute(
+            "WITH c AS (SELECT id FROM jobs WHERE payload->>'bench' = %s "
+            "AND status IN ('queued', 'scheduled') LIMIT 1000 FOR UPDATE SKIP LOCKED) "
+            "UPDATE jobs SET status = 'cancelled', finished_at = now(), updated_at = now() "
+            "FROM c WHERE jobs.id = c.id",
+            (tag,),
+        ).rowcount
+        left += cancelled
+        if not cancelled and not _count(conn, tag, "status IN ('queued', 'scheduled')"):
+            break
     _wait(conn, "the flood to stop", lambda: _count(conn, tag, "status = 'running'") == 0, 120)
     # its messages are still consumed (each finds its job cancelled and is settled): a
     # measurement begun meanwhile would pay for them

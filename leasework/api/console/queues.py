@@ -1,9 +1,11 @@
 """The console's queues: the list (``/ui/queues``: each queue's waiting, running and held
 jobs, its oldest waiting job, its throughput and whether it is paused) and its actions, pause
-and resume. Every change is :func:`leasework.queue_ops.set_paused` (the api and the CLI call
-the same function, so the doors cannot drift), allowed as the api's twin allows (``cancel``)
-and, as every console action, asked twice: a GET shows a confirmation page and changes
-nothing, a POST does it and redirects to the list with a notice.
+and resume, and its cap (concurrency across all workers). Every change is
+:func:`leasework.queue_ops.set_paused` or :func:`~leasework.queue_ops.set_concurrency` (the
+api and the CLI call the same functions, so the doors cannot drift), allowed as the api's
+twin allows (``cancel``) and, as every console action, asked twice: a GET shows a
+confirmation page (for a cap, its form) and changes nothing, a POST does it and redirects to
+the list with a notice.
 
 The handlers are plain async functions of the :class:`~.routes.Console` serving the request
 (the route table binds them to it).
@@ -17,7 +19,7 @@ from quart import Response, g, redirect, request, url_for
 
 from leasework import operations
 from leasework.api.console.errors import ConsoleError
-from leasework.queue_ops import QueueState, queues_list, set_paused
+from leasework.queue_ops import QueueState, queues_list, set_concurrency, set_paused
 from leasework.queues import name_error
 
 if TYPE_CHECKING:
@@ -28,7 +30,11 @@ NOTICES = {
     "resumed": "Resumed: workers fetch it again within a second; held jobs are due now.",
     "already-paused": "It was paused already: nothing changed.",
     "already-active": "It was not paused: nothing changed.",
+    "capped": "Capped: no more of its jobs than that run at once; the rest wait, held.",
+    "uncapped": "Its cap is lifted: held jobs are released as workers take them.",
+    "cap-unchanged": "It had that cap already: nothing changed.",
 }
+CAP_RULE = "a whole number of at least 1, or empty for no cap"
 
 
 def no_such_queue(name: str) -> ConsoleError:
@@ -89,3 +95,40 @@ async def queue_pause(console: Console, name: str) -> Response:
 
 async def queue_resume(console: Console, name: str) -> Response:
     return await _toggle(console, name, False)
+
+
+def parse_cap(raw: str) -> int | None | str:
+    """The cap a form's ``concurrency`` field sets (None: none), or why it sets none."""
+    text = raw.strip()
+    if text == "" or text.lower() == "none":
+        return None
+    if not text.isdigit() or int(text) < 1 or len(text) > 9:
+        return f"The cap must be {CAP_RULE}; got {text[:40]!r}."
+    return int(text)
+
+
+async def queue_concurrency(console: Console, name: str) -> Response:
+    """A queue's cap: GET shows its form, POST sets it (empty lifts it)."""
+    state = await _state(console, name)
+    error = None
+    if request.method == "POST":
+        form = await request.form
+        cap = parse_cap(form.get("concurrency", ""))
+        if not isinstance(cap, str):
+            actor = operations.Actor(g.session.name, "console")
+            done = await console.db.run(lambda conn: set_concurrency(conn, name, cap, actor))
+            if done.queue is None:
+                raise no_such_queue(name)
+            notice = "cap-unchanged" if not done.changed else "capped" if cap else "uncapped"
+            return redirect(url_for("console.queues", notice=notice, queue=name), 303)
+        error = cap
+    page = await console.page(
+        "queue_cap.html",
+        nav="queues",
+        queue=state,
+        error=error,
+        rule=CAP_RULE,
+        post_to=url_for("console.queue_concurrency", name=name),
+        back=url_for("console.queues"),
+    )
+    return (page, 422) if error else page

@@ -681,6 +681,10 @@ CONSOLE_ROUTES: tuple[Route, ...] = (
           twin("POST", "/queues/{name}/resume"), "queue_resume"),
     Route("POST", "/queues/{name}/resume", queue_pages.queue_resume,
           twin("POST", "/queues/{name}/resume"), "queue_resume"),
+    Route("GET", "/queues/{name}/concurrency", queue_pages.queue_concurrency,
+          twin("PUT", "/queues/{name}/concurrency"), "queue_concurrency"),
+    Route("POST", "/queues/{name}/concurrency", queue_pages.queue_concurrency,
+          twin("PUT", "/queues/{name}/concurrency"), "queue_concurrency"),
     Route("GET", "/workers", Console.workers, twin("GET", "/workers"), "workers"),
     Route("GET", "/audit", Console.audit, twin("GET", "/audit"), "audit"),
     # Alertmanager's notifications (the overview shows the latest too): no API twin
