@@ -59,7 +59,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -92,7 +92,7 @@ MEANING: dict[Kind, str] = {
     Kind.VANISHED: "deleted, not by the pruner (recorded by the delete itself)",
     Kind.TICK_TWICE: "one tick of a schedule, more than one job",
     Kind.UNIQUE_TWICE: "held its unique key at the same time as another job",
-    Kind.OVER_LIMIT: "ran while its concurrency limit was already full",
+    Kind.OVER_LIMIT: "ran while its concurrency or rate limit was already full",
 }
 
 
@@ -111,6 +111,7 @@ class FinishedJob:
     unique_key: bytes | None = None  # its unique key, if it asked for one
     limit_key: str | None = None  # the concurrency limit it ran under, if its type has one
     queue: str = "default"  # the queue it ran in (a queue's cap is a limit too)
+    rate_key: str | None = None  # the rate limit its starts count against, if any
 
 
 @dataclass(frozen=True)
@@ -360,6 +361,73 @@ def cap_limits(caps: Mapping[str, int]) -> dict[str, int]:
     return {f"@{queue}": cap for queue, cap in caps.items()}
 
 
+@dataclass(frozen=True)
+class RateStart:
+    """An attempt's start that counts against a rate limit."""
+
+    job_id: uuid.UUID
+    rate_key: str
+    started: datetime
+
+
+@dataclass(frozen=True)
+class RateRule:
+    """A type's rate limit as the auditor holds starts to it: ``count`` per ``per`` seconds,
+    ``burst`` at once."""
+
+    count: int
+    per: float
+    burst: int
+
+    @property
+    def allowed(self) -> int:
+        """The most starts any window of ``per`` seconds may hold: GCRA hands out one per
+        ``per / count`` seconds after up to ``burst`` at once, so ``count`` plus ``burst``
+        (one more than the steady rate for the window's two ends, and the burst's head)."""
+        return self.count + self.burst
+
+
+def most_in_window(mine: datetime, starts: Iterable[datetime], per: float) -> int:
+    """The most of ``starts`` (``mine`` among them) within a window of ``per`` seconds,
+    half-open, that holds ``mine``."""
+    width = timedelta(seconds=per)
+    near = sorted(t for t in starts if mine - width < t < mine + width)
+    return max(
+        (sum(1 for t in near if first <= t < first + width) for first in near if first <= mine),
+        default=0,
+    )
+
+
+def check_rates(
+    jobs: Iterable[FinishedJob], starts: Iterable[RateStart], rules: Mapping[str, RateRule]
+) -> list[Violation]:
+    """Each finished job with a rate key one of whose attempts started within a window of
+    its rate (``rules``, by type) holding more starts of its key than the rate allows
+    (:attr:`RateRule.allowed`). ``starts``: every start of those keys near theirs."""
+    of: dict[str, list[RateStart]] = {}
+    for s in starts:
+        of.setdefault(s.rate_key, []).append(s)
+    found = []
+    for job in jobs:
+        rule = rules.get((job.rate_key or "").split("/", 1)[0])
+        if job.rate_key is None or rule is None:
+            continue
+        key_starts = [s.started for s in of.get(job.rate_key, [])]
+        mine = [s.started for s in of.get(job.rate_key, []) if s.job_id == job.id]
+        most = max((most_in_window(m, key_starts, rule.per) for m in mine), default=0)
+        if most > rule.allowed:
+            found.append(
+                Violation(
+                    Kind.OVER_LIMIT,
+                    job.id,
+                    f"started with {most} starts of its rate limit {job.rate_key} within "
+                    f"{rule.per:g}s; its rate allows {rule.allowed} ({rule.count} per "
+                    f"{rule.per:g}s, burst {rule.burst})",
+                )
+            )
+    return found
+
+
 def overdue_lease(job_id: uuid.UUID, overdue_seconds: float, owner: str | None) -> Violation:
     return Violation(
         Kind.OVERDUE_LEASE,
@@ -435,6 +503,7 @@ def finished_job(row: Mapping[str, Any]) -> FinishedJob:
         unique_key=bytes(row["unique_key"]) if row.get("unique_key") is not None else None,
         limit_key=row.get("limit_key"),
         queue=row.get("queue") or "default",
+        rate_key=row.get("rate_key"),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -16,11 +16,14 @@ from leasework.audit import (
     FinishedJob,
     Kind,
     LimitSpan,
+    RateRule,
+    RateStart,
     Violation,
     attempt_row,
     cap_limits,
     check_finished,
     check_limits,
+    check_rates,
     check_ticks,
     check_unique_keys,
     finished_job,
@@ -88,7 +91,13 @@ def finished_since(
     Through ``jobs_finished_idx``: the cost follows the batch, not the table."""
     rows = conn.execute(
         """SELECT id, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
-                  unique_key, limit_key, queue FROM jobs
+                  unique_key, limit_key, queue,
+                  CASE WHEN jsonb_typeof(rate) = 'object' THEN
+                       type || CASE WHEN rate->>'key' IS NULL THEN ''
+                                    ELSE '/' || coalesce(payload->>(rate->>'key'), '') END
+                  END AS rate_key
+           FROM jobs LEFT JOIN LATERAL (SELECT t.rate FROM job_types t
+                                        WHERE t.name = jobs.type) r ON true
            WHERE status = ANY(%(terminal)s::text[])
              AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
              AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz)
@@ -155,6 +164,10 @@ def finished_violations(
     caps = queue_caps(conn)
     if capped := queue_capped(jobs, caps):
         found += check_limits(capped, queue_spans(conn, capped), cap_limits(caps))
+    rated = [j for j in jobs if j.rate_key is not None]
+    if rated:
+        rules = type_rates(conn)
+        found += check_rates(rated, rate_starts(conn, rated, rules), rules)
     return found
 
 
@@ -214,6 +227,58 @@ def queue_spans(conn: psycopg.Connection, capped: list[FinishedJob]) -> list[Lim
         for r in rows
         if r["started_at"] is not None
     ]
+
+
+def rate_starts(
+    conn: psycopg.Connection, rated: list[FinishedJob], rules: dict[str, RateRule]
+) -> list[RateStart]:
+    """The starts of every job of the rate keys of ``rated`` within a rate's period of
+    theirs: its type's jobs created before the last of theirs finished, finished since the
+    first of theirs started less a period, or not finished (through
+    jobs_type_status_created_idx and jobs_finished_idx)."""
+    if (own := _attempts_window(conn, rated)) is None:
+        return []
+    types = sorted({(j.rate_key or "").split("/", 1)[0] for j in rated} & set(rules))
+    if not types:
+        return []
+    per = timedelta(seconds=max(rules[t].per for t in types))
+    rows = conn.execute(
+        """SELECT a.job_id, a.started_at,
+                  j.type || CASE WHEN t.rate->>'key' IS NULL THEN ''
+                                 ELSE '/' || coalesce(j.payload->>(t.rate->>'key'), '') END
+                  AS rate_key
+           FROM jobs j JOIN job_types t ON t.name = j.type
+           JOIN attempts a ON a.job_id = j.id
+           WHERE j.type = ANY(%(types)s) AND j.created_at <= %(hi)s
+             AND ((j.status = ANY(%(terminal)s::text[]) AND j.finished_at >= %(lo)s)
+                  OR j.status <> ALL(%(terminal)s::text[]))
+             AND a.started_at >= %(lo)s AND a.started_at <= %(hi)s""",
+        {
+            "types": types,
+            "terminal": _TERMINAL,
+            "lo": own["lo"] - per,
+            "hi": (own["hi"] or own["lo"]) + per,
+        },
+    ).fetchall()
+    keys = {j.rate_key for j in rated}
+    return [
+        RateStart(r["job_id"], r["rate_key"], r["started_at"])
+        for r in rows
+        if r["rate_key"] in keys and r["started_at"] is not None
+    ]
+
+
+def type_rates(conn: psycopg.Connection) -> dict[str, RateRule]:
+    """Each type's rate limit as registered now."""
+    rows = conn.execute(
+        "SELECT name, rate FROM job_types WHERE jsonb_typeof(rate) = 'object'"
+    ).fetchall()
+    return {
+        r["name"]: RateRule(
+            int(r["rate"]["count"]), float(r["rate"]["per"]), int(r["rate"].get("burst") or 1)
+        )
+        for r in rows
+    }
 
 
 def queue_caps(conn: psycopg.Connection) -> dict[str, int]:

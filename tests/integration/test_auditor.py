@@ -13,6 +13,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from leasework import store
 from leasework.audit import Kind
@@ -25,7 +26,7 @@ from tests.integration.conftest import DIRECT_DSN
 
 TABLES = ("jobs", "attempts", "outbox", "invariant_audit", "invariant_violations", "queues")
 CONFIG = AuditorConfig(settle=0.0, lease_grace=30.0, stuck_after=600.0)
-FINISHED = 22  # the finished jobs seeded() makes
+FINISHED = 31  # the finished jobs seeded() makes
 
 
 @pytest.fixture
@@ -151,6 +152,20 @@ def seeded(conn) -> dict[Kind, set[uuid.UUID]]:
 
     over |= {capped(50, 40), capped(45, 35)}
     capped(30, 25)
+
+    def rated(key: str, every: float, n: int) -> uuid.UUID:
+        """A job of the demo's rated type (5/s per key) started ``n`` times ``every``
+        seconds after five minutes ago."""
+        begun = now - timedelta(minutes=5) + timedelta(seconds=n * every)
+        span = (begun, begun + timedelta(seconds=0.05))
+        return seed(
+            conn, ok, once, type="rated", payload=Jsonb({"key": key}), ran=span,
+            finished_at=span[1], created_at=begun - timedelta(minutes=1),
+        )  # fmt: skip
+
+    over |= {rated("burst", 0.1, n) for n in range(7)}  # 7 within a second: 6 at most
+    for n in range(2):
+        rated("calm", 0.5, n)  # 2 a second
     singles = {
         Kind.EFFECTS_TWICE: seed(
             conn, ok, [(1, failed, False), (2, ok, True), (3, ok, True)], fence=3

@@ -16,10 +16,13 @@ from leasework.audit import (
     KeyJob,
     Kind,
     LimitSpan,
+    RateRule,
+    RateStart,
     TickJob,
     cap_limits,
     check_finished,
     check_limits,
+    check_rates,
     check_ticks,
     check_unique_keys,
     overdue_lease,
@@ -270,3 +273,21 @@ def test_a_queues_cap_is_checked_as_the_limit_of_its_name():
     found = check_limits(capped, spans, cap_limits(caps))
     assert {v.job_id for v in found} == {a.id, b.id} and "limit @emails" in found[0].detail
     assert check_limits(capped, spans, cap_limits({"emails": 2})) == []
+
+
+def test_a_job_that_started_with_its_rate_exceeded_is_over_limit():
+    rule = {"rated": RateRule(count=5, per=1.0, burst=1)}  # at most 6 starts in any second
+    jobs = [
+        FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW, rate_key="rated/a")
+        for _ in range(7)
+    ]
+    at = lambda s: NOW + timedelta(seconds=s)  # noqa: E731
+    steady = [RateStart(j.id, "rated/a", at(n * 0.2)) for n, j in enumerate(jobs)]
+    assert check_rates(jobs, steady, rule) == []  # 0, .2, ... 1.2: 5 per second (6 at most)
+    bunched = [RateStart(j.id, "rated/a", at(n * 0.1)) for n, j in enumerate(jobs)]
+    found = check_rates(jobs, bunched, rule)
+    assert {v.job_id for v in found} == {j.id for j in jobs}
+    assert "7 starts of its rate limit rated/a within 1s; its rate allows 6" in found[0].detail
+    other = [RateStart(j.id, "rated/b", at(n * 0.1)) for n, j in enumerate(jobs)]
+    assert check_rates(jobs, other, rule) == []  # another key's starts do not count
+    assert check_rates(jobs, bunched, {"rated": RateRule(5, 1.0, burst=2)}) == []
