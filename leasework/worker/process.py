@@ -187,9 +187,10 @@ class Worker:
         return await trio.to_thread.run_sync(missing)
 
     async def run(self, stopping: Stopping) -> None:
-        """Subscribe to each served queue (a consumer of its own, in the queue's group), run
-        a pipeline per queue and the shared background loops until ``stopping`` and the
-        drain, commit each queue's finished prefix, close the consumers."""
+        """Subscribe to each priority band of each served queue (a consumer of its own, in
+        the band's group), run a pipeline per band and the shared background loops until
+        ``stopping`` and the drain, commit each band's finished prefix, close the
+        consumers."""
         if await self.topics_missing():
             # before subscribing: a band's consumer needs its topic
             await self.ensure_queues(topics=True)
