@@ -92,10 +92,7 @@ def finished_since(
     rows = conn.execute(
         """SELECT id, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
                   unique_key, limit_key, queue,
-                  CASE WHEN jsonb_typeof(rate) = 'object' THEN
-                       type || CASE WHEN rate->>'key' IS NULL THEN ''
-                                    ELSE '/' || coalesce(payload->>(rate->>'key'), '') END
-                  END AS rate_key
+                  leasework_limit_key(type, payload, rate) AS rate_key
            FROM jobs LEFT JOIN LATERAL (SELECT t.rate FROM job_types t
                                         WHERE t.name = jobs.type) r ON true
            WHERE status = ANY(%(terminal)s::text[])
@@ -243,10 +240,7 @@ def rate_starts(
         return []
     per = timedelta(seconds=max(rules[t].per for t in types))
     rows = conn.execute(
-        """SELECT a.job_id, a.started_at,
-                  j.type || CASE WHEN t.rate->>'key' IS NULL THEN ''
-                                 ELSE '/' || coalesce(j.payload->>(t.rate->>'key'), '') END
-                  AS rate_key
+        """SELECT a.job_id, a.started_at, leasework_limit_key(j.type, j.payload, t.rate) AS rate_key
            FROM jobs j JOIN job_types t ON t.name = j.type
            JOIN attempts a ON a.job_id = j.id
            WHERE j.type = ANY(%(types)s) AND j.created_at <= %(hi)s
