@@ -23,13 +23,14 @@ def ready_outbox_insert(source: str, topic_param: str = "%(topic)s") -> str:
     """``INSERT INTO outbox`` of the ready messages of the jobs in CTE ``source`` (which
     returns their id, type, attempt, ordering_key, queue and priority), each on its band's topic
     (``topic_param`` is the ready topic's base name: ``leasework_ready_topic``, migrations
-    0011 and 0016)."""
+    0011 and 0016) and with its priority, which the relay publishes by (migration 0017)."""
     t = source
     return (
-        f"INSERT INTO outbox (job_id, topic, key, value, headers) "
+        f"INSERT INTO outbox (job_id, topic, key, value, headers, priority) "
         f"SELECT {t}.id, leasework_ready_topic({topic_param}, {t}.queue, {t}.priority), "
         f"{READY_KEY_SQL.format(t=t)}, "
-        f"{READY_VALUE_SQL.format(t=t)}, {READY_HEADERS_SQL.format(t=t)} FROM {t}"
+        f"{READY_VALUE_SQL.format(t=t)}, {READY_HEADERS_SQL.format(t=t)}, {t}.priority "
+        f"FROM {t}"
     )
 
 

@@ -29,12 +29,15 @@ class OutboxMessage:
 
 
 def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[OutboxMessage]:
-    """Lock a batch of rows, oldest first; other relays skip them until this transaction
-    ends. Every row is still to be published: acknowledged rows are deleted."""
+    """Lock a batch of rows, the highest priority first (0), oldest first within one (so
+    within one topic: a priority is a band's topic), through ``outbox_priority_idx``: a
+    wake-up of a high band is not published after a backlog of low ones enqueued before it
+    (migration 0017). Other relays skip the rows until this transaction ends. Every row is
+    still to be published: acknowledged rows are deleted."""
     rows = conn.execute(
         """SELECT id, topic, key, value::text AS value, headers,
                   coalesce(key = value->>'job_id', false) AS free
-           FROM outbox ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED""",
+           FROM outbox ORDER BY priority, id LIMIT %s FOR UPDATE SKIP LOCKED""",
         (limit,),
     ).fetchall()
     return [OutboxMessage(**r) for r in rows]

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+import leasework
 from leasework import config, metrics, store
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
@@ -234,6 +235,32 @@ def test_the_promoter_queues_due_jobs_with_their_wake_up_and_leaves_the_rest(con
     (wake,) = outbox_of(conn, retry)
     assert wake["value"] == {"job_id": str(retry.id), "type": "noop", "attempt": 2}
     assert wake["key"] == str(retry.id) and wake["topic"] == "jobs.ready"
+
+
+def test_a_relay_pass_takes_the_highest_priority_first_and_each_priority_in_order(conn):
+    """Every wake-up carries its job's priority (the promoter's statement and the insert
+    function both write it), and a pass locks a priority 0 wake-up before a backlog of
+    priority 3 written before it (migration 0017)."""
+    due = "now() - interval '1 second'"
+    low = [make_job(conn, Status.SCHEDULED, priority=3, sql_run_at=due) for _ in range(2)]
+    store.jobs_promote_due(conn, 100_000, "jobs.ready")
+    high = leasework.enqueue(conn, "noop", {}, priority=0)
+    middle = leasework.enqueue(conn, "noop", {}, priority=2)
+    ours = {
+        r["id"]: r
+        for r in conn.execute(
+            "SELECT id, job_id, priority, topic FROM outbox WHERE job_id = ANY(%s)",
+            ([j.id for j in low] + [high.id, middle.id],),
+        ).fetchall()
+    }
+    assert sorted((r["priority"], r["topic"]) for r in ours.values()) == [
+        (0, "jobs.ready"),
+        (2, "jobs.ready.default.p2"),
+        (3, "jobs.ready.default.p3"),
+        (3, "jobs.ready.default.p3"),
+    ]
+    passed = [ours[m.id]["job_id"] for m in store_relay.outbox_fetch(conn, 100_000) if m.id in ours]
+    assert passed == [high.id, middle.id, low[0].id, low[1].id]
 
 
 def test_the_pruner_deletes_finished_jobs_past_retention_with_their_rows(conn):
