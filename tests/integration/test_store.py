@@ -263,6 +263,24 @@ def test_a_relay_pass_takes_the_highest_priority_first_and_each_priority_in_orde
     assert passed == [high.id, middle.id, low[0].id, low[1].id]
 
 
+def test_autovacuum_can_analyze_every_table(conn):
+    """Maintenance runs with ``search_path`` ``pg_catalog, pg_temp``: ANALYZE evaluates every
+    index's predicate and expressions so, and one that names a function of ours unqualified
+    fails there (0007's unique predicate did: migration 0018), leaving the planner with stale
+    statistics."""
+    schema = conn.execute("SELECT current_schema() AS s").fetchone()["s"]
+    tables = [
+        r["relname"]
+        for r in conn.execute(
+            "SELECT relname FROM pg_stat_user_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+    ]
+    assert "jobs" in tables
+    conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
+    for table in tables:
+        conn.execute(f'ANALYZE "{schema}"."{table}"')
+
+
 def test_the_pruner_deletes_finished_jobs_past_retention_with_their_rows(conn):
     old = make_job(conn, Status.SUCCEEDED, sql_finished_at="now() - interval '3 days'")
     recent = make_job(conn, Status.SUCCEEDED, sql_finished_at="now() - interval '1 hour'")
