@@ -55,7 +55,8 @@ def _age(seconds: float | None) -> str:
 def table(states: list[QueueState]) -> str:
     """The list as the CLI prints it."""
     lines = [
-        f"{'queue':<24} {'waiting':>8} {'running':>8} {'oldest waiting':>15} {'jobs/s':>8}  state"
+        f"{'queue':<24} {'waiting':>8} {'by priority 0/1/2/3':>20} {'running':>8} "
+        f"{'oldest waiting':>15} {'jobs/s':>8}  state"
     ]
     for s in states:
         state = "active" if s.paused_at is None else f"paused by {s.paused_by}, {s.held} held"
@@ -63,8 +64,9 @@ def table(states: list[QueueState]) -> str:
             state += f", at most {s.concurrency} running"
         if s.limited:
             state += f", {s.limited} held by limits"
+        bands = "/".join(str(n) for n in s.waiting_by_priority)
         lines.append(
-            f"{s.name:<24} {s.waiting:>8} {s.running:>8} "
+            f"{s.name:<24} {s.waiting:>8} {bands:>20} {s.running:>8} "
             f"{_age(s.oldest_waiting_seconds):>15} {s.throughput:>8.2f}  {state}"
         )
     return "\n".join(lines)

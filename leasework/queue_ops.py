@@ -22,7 +22,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from leasework.kafka import Properties, client_config
 from leasework.operations import Actor
-from leasework.priorities import band_topics
+from leasework.priorities import LEVELS, band_topics
 from leasework.queues import HELD_UNTIL, PAUSE_LOCK, name_error
 from leasework.states import TERMINAL, Status
 from leasework.store import operators
@@ -139,6 +139,8 @@ class QueueState:
     # found over a concurrency limit (the queue's or their type's), held until a slot frees
     concurrency: int | None = None
     limited: int = 0
+    # the waiting jobs of each priority, from 0 (the highest) to 3 (leasework.priorities)
+    waiting_by_priority: tuple[int, ...] = tuple(0 for _ in LEVELS)
 
     @property
     def throughput(self) -> float:
@@ -149,6 +151,7 @@ class QueueState:
         return {
             "name": self.name,
             "waiting": self.waiting,
+            "waiting_by_priority": list(self.waiting_by_priority),
             "running": self.running,
             "oldest_waiting_seconds": self.oldest_waiting_seconds,
             "finished_per_second": round(self.throughput, 3),
@@ -162,25 +165,28 @@ class QueueState:
         }
 
 
+# a job waits: queued, or scheduled or retrying and due
+WAITING = "(status = 'queued' OR (status IN ('scheduled', 'failed') AND run_at <= now()))"
+
+
 def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[QueueState]:
-    """Every queue (or the one called ``name``) with its depth, running jobs, oldest waiting
-    job, recent throughput and pause (through the status indexes: the unfinished jobs and
-    the last five minutes' finishes)."""
+    """Every queue (or the one called ``name``) with its depth (and by priority), running jobs,
+    oldest waiting job, recent throughput and pause (through the status indexes: the
+    unfinished jobs and the last five minutes' finishes)."""
+    by_priority = ", ".join(f"count(*) FILTER (WHERE {WAITING} AND priority = {p})" for p in LEVELS)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            """WITH live AS (
+            f"""WITH live AS (
                SELECT queue,
-                      count(*) FILTER (WHERE status = 'queued'
-                                       OR (status IN ('scheduled', 'failed')
-                                           AND run_at <= now())) AS waiting,
+                      count(*) FILTER (WHERE {WAITING}) AS waiting,
+                      ARRAY[{by_priority}] AS by_priority,
                       count(*) FILTER (WHERE status = 'running') AS running,
                       count(*) FILTER (WHERE status = 'scheduled' AND held_for IS NULL
                                        AND run_at = %(held_until)s) AS held,
                       count(*) FILTER (WHERE status = 'scheduled'
                                        AND held_for IS NOT NULL) AS limited,
                       extract(epoch FROM now() - min(run_at) FILTER (
-                          WHERE status = 'queued' OR (status IN ('scheduled', 'failed')
-                                                      AND run_at <= now())))::float8 AS oldest
+                          WHERE {WAITING}))::float8 AS oldest
                FROM jobs WHERE status = ANY(%(unfinished)s::text[])
                GROUP BY queue),
            done AS (
@@ -191,7 +197,8 @@ def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[Queue
            SELECT q.name, q.created_at, q.paused_at, q.paused_by, q.concurrency,
                   coalesce(l.limited, 0) AS limited,
                   coalesce(l.waiting, 0) AS waiting, coalesce(l.running, 0) AS running,
-                  coalesce(l.held, 0) AS held, l.oldest, coalesce(d.n, 0) AS finished
+                  coalesce(l.held, 0) AS held, l.oldest, coalesce(d.n, 0) AS finished,
+                  l.by_priority
            FROM queues q LEFT JOIN live l ON l.queue = q.name
            LEFT JOIN done d ON d.queue = q.name
            WHERE %(name)s::text IS NULL OR q.name = %(name)s
@@ -216,6 +223,7 @@ def queues_list(conn: psycopg.Connection, name: str | None = None) -> list[Queue
             int(r["held"]),
             r["concurrency"],
             int(r["limited"]),
+            tuple(r["by_priority"] or (0 for _ in LEVELS)),
         )
         for r in rows
     ]

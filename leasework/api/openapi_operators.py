@@ -127,6 +127,13 @@ QUEUE_SCHEMA = {
     "properties": {
         "name": {"type": "string"},
         "waiting": {"type": "integer", "description": "queued, or scheduled and due"},
+        "waiting_by_priority": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "minItems": 4,
+            "maxItems": 4,
+            "description": "the waiting jobs of each priority, 0 (the highest) to 3",
+        },
         "running": {"type": "integer"},
         "oldest_waiting_seconds": {
             "type": ["number", "null"],

@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from leasework.client import ApiError
 from leasework.enqueue import enqueue
-from tests.integration.conftest import DIRECT_DSN, wait_status
+from leasework.priorities import band_topics
+from tests.integration.conftest import DIRECT_DSN, delete_jobs, wait_status
 
 BROKERS = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
 
@@ -87,13 +88,23 @@ def test_the_cli_creates_a_queue_once_and_lists_every_queue(db):
         rows = {q["name"]: q for q in json.loads(listed.stdout)}
         assert {"default", "emails", name} <= rows.keys()
         assert rows[name]["waiting"] == 0 and rows[name]["running"] == 0
+        assert rows[name]["waiting_by_priority"] == [0, 0, 0, 0]
+        # no worker serves the new queue: what is enqueued in it waits, counted by priority
+        with psycopg.connect(DIRECT_DSN) as conn:
+            for priority in (0, 3, 3, 1):
+                enqueue(conn, "noop", {"queue": name}, queue=name, priority=priority)
+        listed = json.loads(leasework("queues", "--json").stdout)
+        (mine,) = [q for q in listed if q["name"] == name]
+        assert mine["waiting"] == 4 and mine["waiting_by_priority"] == [1, 1, 0, 2]
         table = leasework("queues")
         assert "oldest waiting" in table.stdout and name in table.stdout
+        assert "1/1/0/2" in table.stdout
         bad = leasework("queues", "create", "Bad Name")
         assert bad.returncode == 1 and "lower-case" in bad.stderr
     finally:
+        delete_jobs(db, "queue = %s", (name,))
         db.execute("DELETE FROM queues WHERE name = %s", (name,))
-        AdminClient({"bootstrap.servers": BROKERS}).delete_topics([f"jobs.ready.{name}"])
+        AdminClient({"bootstrap.servers": BROKERS}).delete_topics(band_topics("jobs.ready", name))
 
 
 def toggle(client, name: str, action: str) -> dict:
