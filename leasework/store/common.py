@@ -34,6 +34,28 @@ def ready_outbox_insert(source: str, topic_param: str = "%(topic)s") -> str:
     )
 
 
+def release_held(slots: str, slot: str, count: str, where: str = "true") -> str:
+    """The CTEs ``picked`` and ``released``: for each row of CTE ``slots`` (a concurrency
+    limit's ``slot``, a ``held_for`` of migration 0014, with room for ``count`` jobs, where
+    ``where``), the oldest jobs that limit holds, outside paused queues, are locked (skipping
+    rows another transaction holds) and queued again. ``released`` returns what
+    :func:`ready_outbox_insert` needs to wake them. The relay's release pass and the fenced
+    finish (whose finishes free the slots) both release so."""
+    return f"""picked AS (
+    SELECT x.id FROM {slots} CROSS JOIN LATERAL (
+        SELECT h.id FROM jobs h
+         WHERE h.held_for = {slots}.{slot} AND h.status = 'scheduled'
+           AND NOT EXISTS (SELECT 1 FROM queues p
+                           WHERE p.name = h.queue AND p.paused_at IS NOT NULL)
+         ORDER BY h.created_at LIMIT {count} FOR UPDATE OF h SKIP LOCKED) x
+     WHERE {where}),
+released AS (
+    UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
+      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
+    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue,
+              jobs.priority)"""
+
+
 # the dead-letter message of a job that died: built in SQL from its row, so the payload never
 # round-trips through Python (what the store holds is what jobs.dlq gets)
 DEAD_LETTER_VALUE_SQL = (

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from leasework.states import TERMINAL, Status, sources_of
-from leasework.store.common import ready_outbox_insert
+from leasework.store.common import ready_outbox_insert, release_held
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +99,14 @@ room AS (
       LEFT JOIN queues q ON w.held_for = '@' || q.name
       LEFT JOIN job_types t ON w.held_for NOT LIKE '@%%'
                            AND t.name = split_part(w.held_for, '/', 1)),
-picked AS (
-    SELECT x.id FROM room CROSS JOIN LATERAL (
-        SELECT h.id FROM jobs h
-         WHERE h.held_for = room.held_for AND h.status = 'scheduled'
-           AND NOT EXISTS (SELECT 1 FROM queues p
-                           WHERE p.name = h.queue AND p.paused_at IS NOT NULL)
-         ORDER BY h.created_at LIMIT least(coalesce(room.free, %(limit)s), %(limit)s)
-         FOR UPDATE OF h SKIP LOCKED) x
-     WHERE coalesce(room.free, 1) > 0),
-released AS (
-    UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
-      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
-    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue,
-              jobs.priority),
+{
+    release_held(
+        "room",
+        "held_for",
+        "least(coalesce(room.free, %(limit)s), %(limit)s)",
+        where="coalesce(room.free, 1) > 0",
+    )
+},
 wake AS ({ready_outbox_insert("released")} RETURNING 1)
 SELECT count(*) AS n FROM wake"""
 

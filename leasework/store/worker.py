@@ -15,7 +15,12 @@ from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
 from leasework.queues import HELD_UNTIL, LIMIT_LOCK, PAUSE_LOCK
 from leasework.states import TERMINAL, Status, transition
-from leasework.store.common import JOB_COLUMNS, dead_letter_outbox_insert, ready_outbox_insert
+from leasework.store.common import (
+    JOB_COLUMNS,
+    dead_letter_outbox_insert,
+    ready_outbox_insert,
+    release_held,
+)
 
 READY_TOPIC = "jobs.ready"  # the deployment's ready topic unless the caller names it
 
@@ -295,18 +300,7 @@ freed AS (
     FROM finished CROSS JOIN LATERAL (VALUES (finished.limit_key), ('@' || finished.queue))
          AS s(slot)
     WHERE s.slot IS NOT NULL GROUP BY s.slot),
-picked AS (
-    SELECT x.id FROM freed CROSS JOIN LATERAL (
-        SELECT h.id FROM jobs h
-         WHERE h.held_for = freed.slot AND h.status = 'scheduled'
-           AND NOT EXISTS (SELECT 1 FROM queues p
-                           WHERE p.name = h.queue AND p.paused_at IS NOT NULL)
-         ORDER BY h.created_at LIMIT freed.n FOR UPDATE OF h SKIP LOCKED) x),
-released AS (
-    UPDATE jobs SET status = 'queued', run_at = now(), updated_at = now()
-      FROM picked WHERE jobs.id = picked.id AND jobs.status = 'scheduled'
-    RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key, jobs.queue,
-              jobs.priority),
+{release_held("freed", "slot", "freed.n")},
 wake AS ({ready_outbox_insert("released", "%(ready)s")})
 SELECT id, status FROM finished
 """
