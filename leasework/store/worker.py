@@ -86,11 +86,15 @@ fits AS (
            CASE WHEN key_load > key_limit THEN limit_key
                 WHEN queue_load > queue_limit THEN '@' || queue END AS over
     FROM load),
+-- started_at is this statement's start, after the limits' locks were granted, not the
+-- transaction's (now(), before the wait): a stamp that waited for another while a job of its
+-- limit finished would otherwise seem to have begun before that finish, and the auditor,
+-- which compares attempts' spans, to find one job too many running (chaos scenario w)
 started AS (
     UPDATE jobs SET status = 'running', attempt = jobs.attempt + 1,
            fence = fits.fence, lease_owner = %(worker)s,
            lease_expires_at = now() + make_interval(secs => %(ttl)s),
-           started_at = now(), updated_at = now(),
+           started_at = statement_timestamp(), updated_at = now(),
            limit_key = fits.limit_key, held_for = NULL, rate_slot_at = NULL
     FROM fits
     WHERE fits.over IS NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
@@ -105,8 +109,8 @@ held AS (
     WHERE fits.over IS NOT NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
     RETURNING jobs.*),
 opened AS (
-    INSERT INTO attempts (job_id, attempt, worker, fence)
-    SELECT id, attempt, %(worker)s, fence FROM started)
+    INSERT INTO attempts (job_id, attempt, worker, fence, started_at)
+    SELECT id, attempt, %(worker)s, fence, started_at FROM started)
 SELECT {JOB_COLUMNS} FROM started
 UNION ALL
 SELECT {JOB_COLUMNS} FROM held"""

@@ -6,6 +6,9 @@ run through their services on the test's connection (InTransaction)."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,12 +22,13 @@ import leasework
 from leasework import config, metrics, store
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
+from leasework.queues import LIMIT_LOCK
 from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcomes
 from leasework.states import IllegalTransition, Status
 from leasework.store import console
 from leasework.store import relay as store_relay
-from tests.integration.conftest import DIRECT_DSN
+from tests.integration.conftest import DIRECT_DSN, delete_jobs
 from tools import console_timing
 
 
@@ -279,6 +283,50 @@ def test_autovacuum_can_analyze_every_table(conn):
     conn.execute("SET LOCAL search_path = pg_catalog, pg_temp")
     for table in tables:
         conn.execute(f'ANALYZE "{schema}"."{table}"')
+
+
+def test_a_stamp_that_waits_for_its_limits_lock_starts_when_the_wait_ends(stack):
+    """A job's start (its row's and its attempt's ``started_at``) is the stamp statement's, run
+    once the limit's lock is granted, not its transaction's begin: the auditor compares
+    attempts' spans, and a stamp that waited while a job of its limit finished must not seem
+    to have started before that finish (chaos scenario w found three over_limit so)."""
+    key = f"stamp-wait-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as db:
+        job = make_job(db, type="keyed", payload=json.dumps({"key": key, "seconds": 0}))
+        try:
+            (lock,) = (
+                db.execute(
+                    "SELECT hashtext(leasework_limit_key(j.type, j.payload, t.concurrency)) AS h "
+                    "FROM jobs j JOIN job_types t ON t.name = j.type WHERE j.id = %s",
+                    (job.id,),
+                )
+                .fetchone()
+                .values()
+            )
+            with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as holder:
+                holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LIMIT_LOCK, lock))
+
+                def stamp() -> None:
+                    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as stamper:
+                        stamped = store.jobs_start_many(
+                            stamper, [(job.id, 10**15)], worker="test-stamp", ttl=60
+                        )
+                        assert [j.id for j in stamped.started] == [job.id]
+
+                waiting = threading.Thread(target=stamp)
+                waiting.start()
+                time.sleep(0.3)  # the stamp's transaction has begun and waits for the lock
+                granted = holder.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
+                holder.commit()
+                waiting.join(timeout=10)
+            started = db.execute(
+                "SELECT j.started_at AS job, a.started_at AS attempt FROM jobs j "
+                "JOIN attempts a ON a.job_id = j.id WHERE j.id = %s",
+                (job.id,),
+            ).fetchone()
+            assert started["job"] >= granted and started["attempt"] == started["job"], started
+        finally:
+            delete_jobs(db, "id = %s", (job.id,))
 
 
 def test_the_pruner_deletes_finished_jobs_past_retention_with_their_rows(conn):
