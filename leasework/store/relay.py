@@ -81,6 +81,12 @@ def jobs_promote_due(conn: psycopg.Connection, limit: int, topic: str) -> int:
 # its slots free up: as many as the limit has room for, less the released jobs not yet
 # claimed. A limit that no longer exists (its policy or the queue's cap removed) releases
 # all of its jobs; a paused queue's are left for its resume.
+_RELEASE_ROOM = release_held(
+    "room",
+    "held_for",
+    "least(coalesce(room.free, %(limit)s), %(limit)s)",
+    where="coalesce(room.free, 1) > 0",
+)
 RELEASE_LIMITED = f"""
 WITH waiting AS (
     SELECT held_for, count(*) FILTER (WHERE status = 'queued') AS released
@@ -99,14 +105,7 @@ room AS (
       LEFT JOIN queues q ON w.held_for = '@' || q.name
       LEFT JOIN job_types t ON w.held_for NOT LIKE '@%%'
                            AND t.name = split_part(w.held_for, '/', 1)),
-{
-    release_held(
-        "room",
-        "held_for",
-        "least(coalesce(room.free, %(limit)s), %(limit)s)",
-        where="coalesce(room.free, 1) > 0",
-    )
-},
+{_RELEASE_ROOM},
 wake AS ({ready_outbox_insert("released")} RETURNING 1)
 SELECT count(*) AS n FROM wake"""
 
