@@ -79,17 +79,23 @@ def test_every_second_fires_each_tick_once_with_its_job(db):
 
 
 async def race(schedulers: int, seconds: float) -> None:
-    """``schedulers`` schedulers of this process beside the relay's, each on its own pool."""
-    async with trio.open_nursery() as nursery:
-        for _ in range(schedulers):
-            database = Database(DIRECT_DSN, max_size=2)
-            await database.open()
-            scheduler = Scheduler(
-                database, SchedulerConfig(topic="jobs.ready", max_idle=0.05, min_idle=0.001)
-            )
-            nursery.start_soon(scheduler.run)
-        await trio.sleep(seconds)
-        nursery.cancel_scope.cancel()
+    """``schedulers`` schedulers of this process beside the relay's, each on its own pool,
+    closed after (a pool left to the garbage collector may be collected in one of its own
+    threads, which then cannot join itself: a clean-clone CI run failed so)."""
+    databases = [Database(DIRECT_DSN, max_size=2) for _ in range(schedulers)]
+    try:
+        async with trio.open_nursery() as nursery:
+            for database in databases:
+                await database.open()
+                scheduler = Scheduler(
+                    database, SchedulerConfig(topic="jobs.ready", max_idle=0.05, min_idle=0.001)
+                )
+                nursery.start_soon(scheduler.run)
+            await trio.sleep(seconds)
+            nursery.cancel_scope.cancel()
+    finally:
+        for database in databases:
+            await database.close()
 
 
 def test_schedulers_racing_for_the_same_ticks_fire_each_once(db):
