@@ -28,6 +28,7 @@ from leasework.pacing import Pacer
 from leasework.priorities import HIGHEST, band_group
 from leasework.queues import DEFAULT, consumer_group
 from leasework.service import Stopping
+from leasework.worker.bands import caught_up
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
@@ -158,7 +159,8 @@ async def consume(
     batches: trio.MemorySendChannel[list[Consumed]],
     paused: Callable[[], bool] = lambda: False,
     band: int = HIGHEST,
-) -> None:
+    may_close: Callable[[bool], bool] | None = None,
+) -> bool:
     """Poll until ``stopping``, then close ``batches``. A poll asks for as many messages as
     the queue has slots free (one at least), holding none while it waits; what it received
     then takes slots as the priority ``band``'s (:meth:`Slots.take`: the highest band waiting
@@ -166,14 +168,18 @@ async def consume(
     batch holds a slot from there on; the channel's buffer is unbounded because the slots
     bound it. While ``paused()`` the assignment is not fetched (polling goes on: it keeps the
     membership). What was received and not yet granted a slot at ``stopping`` is dropped
-    unfinished: it is redelivered."""
+    unfinished: it is redelivered. With ``may_close``, a poll that received nothing asks it
+    whether to stop here (its argument: whether the consumer has caught up with its
+    partitions, :func:`leasework.worker.bands.caught_up`): a lower band's consumer closing
+    while idle. True when it stopped so, False at ``stopping``."""
     limiter = trio.CapacityLimiter(1)
     pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
     switch = PauseSwitch()  # likewise
 
-    def paused_receive(at_most: int, now_paused: bool) -> list[Message]:
+    def paused_receive(at_most: int, now_paused: bool) -> tuple[list[Message], bool]:
         switch.apply(consumer, now_paused)
-        return receive(consumer, at_most, pacer)
+        messages = receive(consumer, at_most, pacer)
+        return messages, not messages and may_close is not None and caught_up(consumer)
 
     async def cancel_at_stop(scope: trio.CancelScope) -> None:
         await stopping.wait()
@@ -185,14 +191,18 @@ async def consume(
         while True:
             if not received:
                 at_most = min(MAX_POLL, max(1, slots.available()))
-                messages = await trio.to_thread.run_sync(
+                messages, current = await trio.to_thread.run_sync(
                     paused_receive, at_most, paused(), limiter=limiter
                 )
+                if not messages and may_close is not None and may_close(current):
+                    loop.cancel_scope.cancel()
+                    return True
                 received = arrived(messages, offsets)
                 continue
             granted = await slots.take(len(received), band)
             batches.send_nowait(received[:granted])
             received = received[granted:]
+    return False
 
 
 def unexpected(message: Consumed | None) -> None:
