@@ -18,8 +18,9 @@ So a lower band's consumer runs only while its band has work:
 
 A read that fails counts as a change: the band opens, or stays open (never less delivery
 than the always-open consumers had). What it costs: the first job of a band closed for a while
-waits for the next read and the group's join, about a second or two, against milliseconds
-for level 0; a steady trickle keeps the band open.
+waits for the next read, the group's join and the first fetch, a few hundred milliseconds
+(docs/design-decisions.md), against tens for an open band; a steady trickle keeps the band
+open.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ from leasework.worker.slots import Slots
 log = logging.getLogger("leasework.worker.consumer")
 
 MAX_POLL = 500  # messages per consume() call, at most
-LOWER_BAND_FETCH_WAIT_MS = 3000  # a lower priority band's long poll (see consumer_config)
 GATHER = 0.02  # seconds between the hand-offs of two batches, at least (an upper bound on waiting)
 
 
@@ -72,11 +71,10 @@ def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHES
         "fetch.min.bytes": 1,
         "fetch.wait.max.ms": 500,
     }
-    if band != HIGHEST:
-        # a lower band is idle most of the time: its long polls wait longer, so that each
-        # idle band costs the brokers a fetch per broker every 3 s, not every half second
-        # (a message that arrives still ends the wait at once)
-        config["fetch.wait.max.ms"] = LOWER_BAND_FETCH_WAIT_MS
+    # a lower band's consumer long-polls as band 0's does: it runs only while its band has
+    # work (leasework.worker.bands), and a freshly opened consumer's partitions join the
+    # fetch only when the long poll in flight returns, so a longer wait would hold the
+    # first job of a band opened again for that long
     base = client_config(settings.kafka_brokers, settings.process_name)
     return {**base, **config, **dict(settings.kafka_properties)}
 

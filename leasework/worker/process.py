@@ -284,7 +284,6 @@ class Worker:
         gate = self.gates[topic]
         open_now = metrics.band_consumers_open.labels(queue=queue, priority=str(band))
         while not stopping.is_set():
-            self.band_wanted[topic] = trio.Event()  # a publish from now on opens it again
             consumer, offsets = await self.subscribe(queue, band)
 
             def may_close(current: bool, offsets: Offsets = offsets) -> bool:
@@ -297,6 +296,9 @@ class Worker:
             async with trio.open_nursery() as own:
                 own.start_soon(offsets.run)
                 idle = await self.pipeline(consumer, offsets, stopping, queue, band, may_close)
+                # it closes having seen no publish for band_idle_close: a publish read from
+                # now on opens it again (one read earlier, while it ran, was consumed)
+                self.band_wanted[topic] = trio.Event()
                 await offsets.store()
                 await offsets.commit()
                 own.cancel_scope.cancel()
