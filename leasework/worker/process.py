@@ -23,6 +23,10 @@ by id (:meth:`Worker.wake`) before Kafka delivers it; its message is settled whe
 arrives. A paused queue (:meth:`Worker.watch_pauses`) is neither fetched nor woken, and its
 claims are refused by the stamp itself.
 
+There is a pipeline per priority band of each queue served. Band 0's runs for the worker's
+life; a lower band's runs only while its band has work (:meth:`Worker.lower_band`,
+:mod:`leasework.worker.bands`), a consumer and pipeline of its own each time it opens.
+
 Consume and claim are long-lived tasks joined by the ``batches`` channel; the claim stage
 hands each started job on the ``started`` channel to :meth:`Worker.run_jobs`, which starts a
 task per job calling execute, complete and offsets in order. A task per job, not three
