@@ -195,9 +195,6 @@ class Settings:
     # a worker whose queue is quiet claims a lone job when Postgres says it is ready, before
     # Kafka delivers it (leasework.worker.wakeup); off: Kafka alone wakes workers
     worker_wakeups: bool = True
-    # seconds a lower priority band's consumer stays open with nothing published to it
-    # (leasework.worker.bands; None, "never": every band's consumer runs all the time)
-    band_idle_close: float | None = 30.0
     # relay
     relay_batch_size: int = 1000
     relay_tick: float = 0.5
@@ -272,7 +269,6 @@ DURATIONS: dict[str, tuple[str, bool]] = {
     "SHUTDOWN_TIMEOUT": ("shutdown_timeout", False),
     "LEASE_TTL": ("lease_ttl", False),
     "RELAY_TICK": ("relay_tick", False),
-    "BAND_IDLE_CLOSE": ("band_idle_close", True),
     "RETRY_BASE": ("retry_base", False),
     "RETRY_CAP": ("retry_cap", False),
     "PRUNE_INTERVAL": ("prune_interval", False),

@@ -105,11 +105,6 @@ consumer_lag = Gauge(
     "leasework_consumer_lag", "Messages behind the partition's high watermark", ["partition"]
 )
 jobs_in_flight = Gauge("leasework_jobs_in_flight", "Jobs this worker is running now")
-band_consumers_open = Gauge(
-    "leasework_band_consumer_open",
-    "1 while this worker's consumer of a queue's lower priority band runs (leasework.worker.bands)",
-    ["queue", "priority"],
-)
 redeliveries_skipped = Counter(
     "leasework_messages_skipped",
     "Messages for jobs not runnable (finished, running, not due)",

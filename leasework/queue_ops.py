@@ -288,28 +288,10 @@ def set_paused(conn: psycopg.Connection, name: str, paused: bool, actor: Actor) 
     return QueueToggled(queues_list(conn, name)[0], row[0] != paused, released)
 
 
-@dataclass(frozen=True)
-class Watched:
-    """What every worker reads every half second: the paused queues, and how many messages
-    the relay has published to each of its lower bands' topics (leasework.worker.bands)."""
-
-    paused: frozenset[str]
-    published: dict[str, int]
-
-
-def watched(conn: psycopg.Connection, topics: Sequence[str] = ()) -> Watched:
-    """The paused queues and the lower band ``topics``' counts (0: nothing published yet), in one
-    statement."""
+def paused_queues(conn: psycopg.Connection) -> set[str]:
+    """The names of the paused queues (every worker reads it every half second)."""
     with conn.cursor(row_factory=tuple_row) as cur:
-        rows = cur.execute(
-            """SELECT name, NULL::bigint FROM queues WHERE paused_at IS NOT NULL
-               UNION ALL
-               SELECT topic, published FROM band_publishes WHERE topic = ANY(%s)""",
-            (list(topics),),
-        ).fetchall()
-    published = {t: 0 for t in topics}
-    published.update({name: int(count) for name, count in rows if count is not None})
-    return Watched(frozenset(name for name, count in rows if count is None), published)
+        return {r[0] for r in cur.execute("SELECT name FROM queues WHERE paused_at IS NOT NULL")}
 
 
 def set_concurrency(

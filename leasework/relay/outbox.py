@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
@@ -118,10 +117,8 @@ class OutboxRelay:
         deliveries = self.publisher.publish(
             messages, timeout=self.config.publish_timeout, partitions=partitions
         )
-        acked = [m for m, d in zip(rows, deliveries, strict=True) if d.ok]
-        store.outbox_retire(conn, [m.id for m in acked])
-        # the lower bands' consumers open on these counts (leasework.worker.bands)
-        store.band_published(conn, Counter(m.topic for m in acked if m.priority > 0))
+        acked = [m.id for m, d in zip(rows, deliveries, strict=True) if d.ok]
+        store.outbox_retire(conn, acked)
         failed = [d.error for d in deliveries if not d.ok]
         return Published(len(acked), len(failed), failed[0] if failed else None, self.config.batch)
 

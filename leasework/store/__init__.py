@@ -26,7 +26,6 @@ from leasework.store.jobs import (
 )
 from leasework.store.relay import (
     OutboxMessage,
-    band_published,
     jobs_promote_due,
     jobs_prune,
     jobs_release_limited,
@@ -91,7 +90,6 @@ __all__ = [
     "jobs_wait_rate",
     "rate_floors",
     "jobs_unfence_many",
-    "band_published",
     "outbox_fetch",
     "outbox_pending",
     "outbox_retire",

@@ -4,7 +4,6 @@ fenced finish they mirror."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +26,6 @@ class OutboxMessage:
     # whether its key is its job's own id (no ordering key): the relay may put it on any
     # partition (leasework.relay.placement)
     free: bool = False
-    # its job's priority (0 for every message that is no job's wake-up)
-    priority: int = 0
 
 
 def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[OutboxMessage]:
@@ -39,7 +36,7 @@ def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[OutboxMessage]:
     still to be published: acknowledged rows are deleted."""
     rows = conn.execute(
         """SELECT id, topic, key, value::text AS value, headers,
-                  coalesce(key = value->>'job_id', false) AS free, priority
+                  coalesce(key = value->>'job_id', false) AS free
            FROM outbox ORDER BY priority, id LIMIT %s FOR UPDATE SKIP LOCKED""",
         (limit,),
     ).fetchall()
@@ -51,19 +48,6 @@ def outbox_retire(conn: psycopg.Connection, ids: list[int]) -> None:
     only what is still to be published, so its size is the backlog."""
     if ids:
         conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", (ids,))
-
-
-def band_published(conn: psycopg.Connection, counts: Mapping[str, int]) -> None:
-    """Add what a pass published to each lower band's topic to its count (migration 0019):
-    a worker whose band's consumer is closed opens it when the count moves."""
-    if counts:
-        topics = sorted(counts)
-        conn.execute(
-            """INSERT INTO band_publishes AS b (topic, published)
-               SELECT * FROM unnest(%s::text[], %s::bigint[])
-               ON CONFLICT (topic) DO UPDATE SET published = b.published + excluded.published""",
-            (topics, [counts[t] for t in topics]),
-        )
 
 
 def outbox_pending(conn: psycopg.Connection) -> tuple[int, float]:

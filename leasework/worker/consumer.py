@@ -28,13 +28,13 @@ from leasework.pacing import Pacer
 from leasework.priorities import HIGHEST, band_group
 from leasework.queues import DEFAULT, consumer_group
 from leasework.service import Stopping
-from leasework.worker.bands import caught_up
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
 log = logging.getLogger("leasework.worker.consumer")
 
 MAX_POLL = 500  # messages per consume() call, at most
+LOWER_BAND_FETCH_WAIT_MS = 3000  # a lower priority band's long poll (see consumer_config)
 GATHER = 0.02  # seconds between the hand-offs of two batches, at least (an upper bound on waiting)
 
 
@@ -71,10 +71,11 @@ def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHES
         "fetch.min.bytes": 1,
         "fetch.wait.max.ms": 500,
     }
-    # a lower band's consumer long-polls as band 0's does: it runs only while its band has
-    # work (leasework.worker.bands), and a freshly opened consumer's partitions join the
-    # fetch only when the long poll in flight returns, so a longer wait would hold the
-    # first job of a band opened again for that long
+    if band != HIGHEST:
+        # a lower band is idle most of the time: its long polls wait longer, so that each
+        # idle band costs the brokers a fetch per broker every 3 s, not every half second
+        # (a message that arrives still ends the wait at once)
+        config["fetch.wait.max.ms"] = LOWER_BAND_FETCH_WAIT_MS
     base = client_config(settings.kafka_brokers, settings.process_name)
     return {**base, **config, **dict(settings.kafka_properties)}
 
@@ -157,8 +158,7 @@ async def consume(
     batches: trio.MemorySendChannel[list[Consumed]],
     paused: Callable[[], bool] = lambda: False,
     band: int = HIGHEST,
-    may_close: Callable[[bool], bool] | None = None,
-) -> bool:
+) -> None:
     """Poll until ``stopping``, then close ``batches``. A poll asks for as many messages as
     the queue has slots free (one at least), holding none while it waits; what it received
     then takes slots as the priority ``band``'s (:meth:`Slots.take`: the highest band waiting
@@ -166,18 +166,14 @@ async def consume(
     batch holds a slot from there on; the channel's buffer is unbounded because the slots
     bound it. While ``paused()`` the assignment is not fetched (polling goes on: it keeps the
     membership). What was received and not yet granted a slot at ``stopping`` is dropped
-    unfinished: it is redelivered. With ``may_close``, a poll that received nothing asks it
-    whether to stop here (its argument: whether the consumer has caught up with its
-    partitions, :func:`leasework.worker.bands.caught_up`): a lower band's consumer closing
-    while idle. True when it stopped so, False at ``stopping``."""
+    unfinished: it is redelivered."""
     limiter = trio.CapacityLimiter(1)
     pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
     switch = PauseSwitch()  # likewise
 
-    def paused_receive(at_most: int, now_paused: bool) -> tuple[list[Message], bool]:
+    def paused_receive(at_most: int, now_paused: bool) -> list[Message]:
         switch.apply(consumer, now_paused)
-        messages = receive(consumer, at_most, pacer)
-        return messages, not messages and may_close is not None and caught_up(consumer)
+        return receive(consumer, at_most, pacer)
 
     async def cancel_at_stop(scope: trio.CancelScope) -> None:
         await stopping.wait()
@@ -189,18 +185,14 @@ async def consume(
         while True:
             if not received:
                 at_most = min(MAX_POLL, max(1, slots.available()))
-                messages, current = await trio.to_thread.run_sync(
+                messages = await trio.to_thread.run_sync(
                     paused_receive, at_most, paused(), limiter=limiter
                 )
-                if not messages and may_close is not None and may_close(current):
-                    loop.cancel_scope.cancel()
-                    return True
                 received = arrived(messages, offsets)
                 continue
             granted = await slots.take(len(received), band)
             batches.send_nowait(received[:granted])
             received = received[granted:]
-    return False
 
 
 def unexpected(message: Consumed | None) -> None:

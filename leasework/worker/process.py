@@ -23,10 +23,6 @@ by id (:meth:`Worker.wake`) before Kafka delivers it; its message is settled whe
 arrives. A paused queue (:meth:`Worker.watch_pauses`) is neither fetched nor woken, and its
 claims are refused by the stamp itself.
 
-There is a pipeline per priority band of each queue served. Band 0's runs for the worker's
-life; a lower band's runs only while its band has work (:meth:`Worker.lower_band`,
-:mod:`leasework.worker.bands`), a consumer and pipeline of its own each time it opens.
-
 Consume and claim are long-lived tasks joined by the ``batches`` channel; the claim stage
 hands each started job on the ``started`` channel to :meth:`Worker.run_jobs`, which starts a
 task per job calling execute, complete and offsets in order. A task per job, not three
@@ -47,14 +43,12 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import trio
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from leasework import metrics
 from leasework.app import App
 from leasework.config import UNSAFE_LEASE_MODE, Settings
 from leasework.db import Database
@@ -62,12 +56,11 @@ from leasework.kafka import client_config
 from leasework.lease import Leases
 from leasework.outcomes import RetryDefaults
 from leasework.priorities import HIGHEST, LEVELS, band_topic, band_topics
-from leasework.queue_ops import ensure_queues, watched
+from leasework.queue_ops import ensure_queues, paused_queues
 from leasework.queues import DEFAULT
 from leasework.ratelimit import RateLimits
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor
-from leasework.worker.bands import BandGate
 from leasework.worker.claim import Claimer, ClaimStage, Started
 from leasework.worker.completer import Completer, UnsafeCompleter, record
 from leasework.worker.consumer import Consumed, consume, consumer_config, unexpected
@@ -80,18 +73,6 @@ GRACEFUL_FRACTION = 0.75  # of shutdown_timeout, that running jobs get to finish
 PAUSE_READ = 0.5  # seconds between two reads of the paused queues
 
 log = logging.getLogger("leasework.worker")
-
-
-async def first_of(*waits: Callable[[], Awaitable[object]]) -> None:
-    """Until the first of ``waits`` returns."""
-    async with trio.open_nursery() as race:
-
-        async def one(wait: Callable[[], Awaitable[object]]) -> None:
-            await wait()
-            race.cancel_scope.cancel()
-
-        for wait in waits:
-            race.start_soon(one, wait)
 
 
 def served_queues(settings: Settings, app: App) -> tuple[str, ...]:
@@ -154,15 +135,6 @@ class Worker:
         self.slots_of = {q: Slots(settings.worker_concurrency) for q in self.queues}
         self.claim_stages: dict[str, ClaimStage] = {}  # each queue's, while its pipeline runs
         self.paused: frozenset[str] = frozenset()  # the paused queues, read every PAUSE_READ s
-        # each lower band's gate (leasework.worker.bands), by its topic, and the event that
-        # opens its closed consumer
-        self.gates = {
-            band_topic(settings.topic_ready, q, b): BandGate(settings.band_idle_close, 0.0)
-            for q in self.queues
-            for b in LEVELS
-            if b != HIGHEST
-        }
-        self.band_wanted = {topic: trio.Event() for topic in self.gates}
 
     async def ensure_queues(self, topics: bool = False) -> None:
         """Create the queues this worker serves that do not exist yet (topics, then row; with
@@ -225,7 +197,18 @@ class Worker:
             ensure_later = None
         else:
             ensure_later = self.ensure_queues  # (their rows, if made by hand: not urgent)
-        feeds = [(queue, *await self.subscribe(queue, HIGHEST)) for queue in self.queues]
+        feeds = []
+        for queue in self.queues:
+            for band in LEVELS:
+                topic = band_topic(self.settings.topic_ready, queue, band)
+                consumer = Consumer(consumer_config(self.settings, queue, band))
+                offsets = Offsets(consumer, topic)
+                await trio.to_thread.run_sync(
+                    lambda c=consumer, t=topic, o=offsets: c.subscribe(
+                        [t], on_assign=o.on_assign, on_revoke=o.on_revoke
+                    )
+                )
+                feeds.append((queue, band, consumer, offsets))
         presence = Presence(
             self.name, self.app.name, datetime.now(UTC), self.settings.worker_concurrency
         )
@@ -255,63 +238,14 @@ class Worker:
                     self.quiet,
                 )
             async with trio.open_nursery() as pipelines:
-                for queue, consumer, offsets in feeds:
-                    pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue)
-                    for band in LEVELS:
-                        if band != HIGHEST:
-                            pipelines.start_soon(self.lower_band, queue, band, stopping)
+                for queue, band, consumer, offsets in feeds:
+                    pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue, band)
             for *_, offsets in feeds:
                 await offsets.store()
                 await offsets.commit()
             background.cancel_scope.cancel()
-        for _, consumer, _ in feeds:
+        for _, _, consumer, _ in feeds:
             await trio.to_thread.run_sync(consumer.close)
-
-    async def subscribe(self, queue: str, band: int) -> tuple[Consumer, Offsets]:
-        """A consumer of ``queue``'s band, subscribed to its topic in the band's group."""
-        topic = band_topic(self.settings.topic_ready, queue, band)
-        consumer = Consumer(consumer_config(self.settings, queue, band))
-        offsets = Offsets(consumer, topic)
-        await trio.to_thread.run_sync(
-            lambda: consumer.subscribe(
-                [topic], on_assign=offsets.on_assign, on_revoke=offsets.on_revoke
-            )
-        )
-        return consumer, offsets
-
-    async def lower_band(self, queue: str, band: int, stopping: Stopping) -> None:
-        """A lower priority band's consumer, open while its band has work (see
-        :mod:`leasework.worker.bands`): opened at start and whenever the relay publishes to
-        the band again, closed once the band has been idle for ``band_idle_close`` s; each
-        run is a pipeline of its own, committed and closed when it ends."""
-        topic = band_topic(self.settings.topic_ready, queue, band)
-        gate = self.gates[topic]
-        open_now = metrics.band_consumers_open.labels(queue=queue, priority=str(band))
-        while not stopping.is_set():
-            consumer, offsets = await self.subscribe(queue, band)
-
-            def may_close(current: bool, offsets: Offsets = offsets) -> bool:
-                return gate.may_close(
-                    trio.current_time(), offsets.tracker.in_flight(), queue in self.paused, current
-                )
-
-            open_now.set(1)
-            log.info("band consumer opened", extra={"queue": queue, "priority": band})
-            async with trio.open_nursery() as own:
-                own.start_soon(offsets.run)
-                idle = await self.pipeline(consumer, offsets, stopping, queue, band, may_close)
-                # it closes having seen no publish for band_idle_close: a publish read from
-                # now on opens it again (one read earlier, while it ran, was consumed)
-                self.band_wanted[topic] = trio.Event()
-                await offsets.store()
-                await offsets.commit()
-                own.cancel_scope.cancel()
-            await trio.to_thread.run_sync(consumer.close)
-            open_now.set(0)
-            if not idle:
-                return
-            log.info("band consumer closed while idle", extra={"queue": queue, "priority": band})
-            await first_of(stopping.wait, self.band_wanted[topic].wait)
 
     async def pipeline(
         self,
@@ -320,12 +254,10 @@ class Worker:
         stopping: Stopping,
         queue: str = DEFAULT,
         band: int = HIGHEST,
-        may_close: Callable[[bool], bool] | None = None,
-    ) -> bool:
+    ) -> None:
         """consume → claim → job tasks of one queue's priority band until ``stopping``, then
-        the drain (of every queue: the graceful time and the cancels are the worker's), or
-        until ``may_close`` (a lower band gone idle: nothing of it is unfinished, so there is
-        nothing to drain); True in that second case. The bands of a queue share its slots."""
+        the drain (of every queue: the graceful time and the cancels are the worker's). The
+        bands of a queue share its slots."""
         slots = self.slots_of[queue]
         batches_in, batches_out = trio.open_memory_channel[list[Consumed]](math.inf)
         started_in, started_out = trio.open_memory_channel[tuple[Consumed | None, Started]](
@@ -339,20 +271,11 @@ class Worker:
         async with trio.open_nursery() as stages:
             stages.start_soon(claim.run, batches_out)
             stages.start_soon(self.run_jobs, started_out, offsets, slots)
-            idle = await consume(
-                consumer,
-                offsets,
-                slots,
-                stopping,
-                batches_in,
-                lambda: queue in self.paused,
-                band,
-                may_close,
+            await consume(
+                consumer, offsets, slots, stopping, batches_in, lambda: queue in self.paused, band
             )
-            if not idle:
-                await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
+            await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
             stages.cancel_scope.cancel()  # every slot is back: the stages hold nothing
-        return idle
 
     async def run_jobs(
         self,
@@ -396,24 +319,16 @@ class Worker:
         return stage is not None and queue not in self.paused and stage.wake(job_id)
 
     async def watch_pauses(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Read which queues are paused, and what the relay has published to the lower bands,
-        every :data:`PAUSE_READ` s (started once the first read answered or failed: a worker
-        that cannot read Postgres claims nothing anyway). A failed read keeps the last
-        pauses (the claim's own check is what guarantees that no job of a paused queue
-        starts) and opens every lower band's consumer (:class:`BandGate`)."""
+        """Read which queues are paused every :data:`PAUSE_READ` s (started once the first
+        read answered or failed: a worker that cannot read Postgres claims nothing anyway).
+        A failed read keeps the last answer; the claim's own check is what guarantees that
+        no job of a paused queue starts."""
         started = False
-        topics = sorted(self.gates)
         while True:
-            published: dict[str, int] = {}
             try:
-                read = await self.db.read(watched, topics)
-                self.paused, published = read.paused, read.published
+                self.paused = frozenset(await self.db.read(paused_queues))
             except Exception as exc:  # unreachable: the claims fail too; said, tried again
                 log.warning("cannot read the paused queues", extra={"error": str(exc)[:200]})
-            now = trio.current_time()
-            for topic, gate in self.gates.items():
-                if gate.observe(published.get(topic), now):
-                    self.band_wanted[topic].set()
             if not started:
                 task_status.started()
                 started = True

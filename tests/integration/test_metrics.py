@@ -13,8 +13,6 @@ from chaos.promql import scrape
 from devstack.layout import STACK_APP
 from leasework.app import load_app
 from leasework.audit import Kind
-from leasework.priorities import LEVELS
-from leasework.queues import NAME_PATTERN
 from leasework.relay.pruner import Retention
 from leasework.schedule import SkipReason as TickSkipReason
 from leasework.states import Status
@@ -62,15 +60,11 @@ LABEL_DOMAINS = {
     "dependency": {"postgres", "redis", "kafka"},
     "result": {"ok", "lost", "error"} | {"started", "busy"},  # and a worker's wake-ups
     "kind": {str(k) for k in Kind},  # the auditor's invariants
-    "priority": {str(p) for p in LEVELS},  # a queue's priority band
 }
 SAMPLE_LABELS = {"le", "quantile"}  # histogram buckets: a fixed set per metric
 # labels whose values are names an operator chose (a schedule's): bounded by how many the
 # operators made, not by the number of jobs; a value must still look like such a name
-NAME_LABELS = {
-    "schedule": re.compile(r"[A-Za-z0-9_.:-]{1,100}"),
-    "queue": NAME_PATTERN,  # a queue's, as queues.name_error allows
-}
+NAME_LABELS = {"schedule": re.compile(r"[A-Za-z0-9_.:-]{1,100}")}
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 

@@ -10,8 +10,7 @@ import uuid
 import psycopg
 import pytest
 
-from chaos.promql import scrape
-from tests.integration.conftest import wait_for, wait_status
+from tests.integration.conftest import wait_for
 from tests.integration.test_limits import attempts_of
 
 
@@ -86,31 +85,3 @@ def test_the_sql_door_names_a_queue_and_a_priority(db):
     assert row["topic"] in (None, "jobs.ready.emails.p2")  # (None: published already)
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="priority 9"):
         db.execute("SELECT leasework_enqueue('noop', priority => 9)")
-
-
-WORKERS = {"worker-1": 9101, "worker-2": 9103}
-BAND_2 = 'leasework_band_consumer_open{priority="2",queue="default"}'
-
-
-def band_2_open() -> list[float]:
-    """Each worker's gauge of its default queue's priority 2 consumer (NaN: not reported)."""
-    return [scrape(port).get(BAND_2, float("nan")) for port in WORKERS.values()]
-
-
-def test_a_lower_band_closes_when_idle_and_opens_again_for_a_job(stack, client, db):
-    # Kafka alone wakes the workers here (no Postgres wake-up to claim the job around the
-    # closed band), and a band closes after 2 s idle instead of 30
-    quick = {"LEASEWORK_BAND_IDLE_CLOSE": "2s", "LEASEWORK_WORKER_WAKEUPS": "false"}
-    for worker in WORKERS:
-        stack.restart(worker, extra_env=quick)
-    try:
-        wait_for(lambda: band_2_open() == [0.0, 0.0], 60, "both band 2 consumers to close")
-        jobs = []
-        for _ in range(2):  # closed, opened by the job, closed again, opened again
-            jobs.append(client.submit("noop", {}, priority=2)["id"])
-            wait_status(client, jobs[-1], {"succeeded"}, timeout=30)
-            wait_for(lambda: band_2_open() == [0.0, 0.0], 30, "the band to close again")
-        assert attempts_of(db, jobs) == {("succeeded", 1, 1)}
-    finally:
-        for worker in WORKERS:
-            stack.restart(worker)
