@@ -11,8 +11,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from leasework.priorities import band_consumer_group, band_of_topic
 
 Properties = Sequence[tuple[str, str]]  # further librdkafka properties (Settings.kafka_properties)
 
@@ -154,19 +162,60 @@ def cluster_probe(admin: AdminClient, topics: Sequence[str], timeout: float = 3.
     return None
 
 
-def group_lag(probe: Consumer, topic: str, timeout: float = 5.0) -> dict[int, int]:
-    """Messages behind the high watermark per partition for the group of ``probe``, measured
-    from outside the group (so a worker cut off from Kafka still shows up as growing lag).
+@dataclass(frozen=True)
+class BandLag:
+    """Messages of one partition of a queue's priority band that its consumer group has not
+    committed past (the high watermark less the committed offset)."""
 
-    ``probe`` is a consumer configured with the workers' ``group.id`` that never subscribes, so
-    it reads the group's committed offsets without joining the group. Blocking: call from a
-    thread. Plain synchronous calls, no admin futures.
-    """
-    metadata = probe.list_topics(topic, timeout=timeout)
-    partitions = [TopicPartition(topic, p) for p in sorted(metadata.topics[topic].partitions)]
-    committed = {tp.partition: tp.offset for tp in probe.committed(partitions, timeout=timeout)}
-    lag: dict[int, int] = {}
-    for tp in partitions:
-        _low, high = probe.get_watermark_offsets(tp, timeout=timeout, cached=False)
-        lag[tp.partition] = max(0, high - max(0, committed.get(tp.partition, 0)))
-    return lag
+    queue: str
+    priority: int
+    partition: int
+    lag: int
+
+
+def bands_lag(
+    admin: AdminClient, base_topic: str, base_group: str, timeout: float = 5.0
+) -> tuple[list[BandLag], list[tuple[str, int]]]:
+    """The lag of every band of every queue on the cluster (the topics whose names
+    :func:`leasework.priorities.band_of_topic` reads as a queue's band), each measured from
+    outside its consumer group, so that workers cut off from Kafka still show up as growing
+    lag. Three kinds of request: the cluster's metadata, one offset fetch per band's group
+    (the admin API takes one group a call; they are sent together), and the high watermarks
+    of every partition in one batch per leader. Returns the lags, and the (queue, priority)
+    of each band whose group's offsets could not be read this time (no lag of it: its last
+    sample stands). Blocking: call from a thread or, as the
+    relay does, a child process (:mod:`leasework.relay.lagprobe`)."""
+    metadata = admin.list_topics(timeout=timeout)
+    bands: dict[str, tuple[str, int, list[TopicPartition]]] = {}
+    for topic, found in sorted(metadata.topics.items()):
+        band = band_of_topic(base_topic, topic)
+        if band is None or found.error is not None or not found.partitions:
+            continue
+        partitions = [TopicPartition(topic, p) for p in sorted(found.partitions)]
+        bands[band_consumer_group(base_group, *band)] = (*band, partitions)
+    if not bands:
+        return [], []
+    fetches = {
+        group: admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout
+        )[group]
+        for group, (_, _, partitions) in bands.items()
+    }
+    latest = admin.list_offsets(
+        {tp: OffsetSpec.latest() for _, _, partitions in bands.values() for tp in partitions},
+        request_timeout=timeout,
+    )
+    high = {(tp.topic, tp.partition): future.result().offset for tp, future in latest.items()}
+    lags: list[BandLag] = []
+    unread: list[tuple[str, int]] = []
+    for group, (queue, priority, _) in bands.items():
+        try:
+            committed = fetches[group].result().topic_partitions
+        except KafkaException:
+            unread.append((queue, priority))
+            continue
+        for tp in committed:
+            end = high.get((tp.topic, tp.partition))
+            if end is not None:
+                lags.append(BandLag(queue, priority, tp.partition, max(0, end - max(0, tp.offset))))
+    return lags, unread

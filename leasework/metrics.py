@@ -102,7 +102,9 @@ schedule_ticks_late = Counter(
     ["schedule"],
 )
 consumer_lag = Gauge(
-    "leasework_consumer_lag", "Messages behind the partition's high watermark", ["partition"]
+    "leasework_consumer_lag",
+    "Messages of a queue's priority band's partition its consumer group has not committed past",
+    ["queue", "priority", "partition"],
 )
 jobs_in_flight = Gauge("leasework_jobs_in_flight", "Jobs this worker is running now")
 redeliveries_skipped = Counter(

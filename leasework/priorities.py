@@ -14,7 +14,8 @@ a topic per band, slots to the highest band waiting").
 
 from __future__ import annotations
 
-from leasework.queues import ready_topic
+from leasework.queues import DEFAULT as DEFAULT_QUEUE
+from leasework.queues import consumer_group, name_error, ready_topic
 
 HIGHEST = 0
 LOWEST = 3
@@ -50,3 +51,27 @@ def band_group(group: str, priority: int) -> str:
     """The consumer group of a band: the queue's ``group`` for level 0 (its offsets stand),
     ``<group>.p<b>`` for the others, so a band's members never rebalance another's."""
     return group if priority == HIGHEST else f"{group}.p{priority}"
+
+
+def band_of_topic(base: str, topic: str) -> tuple[str, int] | None:
+    """The (queue, priority) whose band ``topic`` is (the inverse of :func:`band_topic`), or
+    None for a topic that is no queue's (``jobs.dlq``, Kafka's own, a name no queue may have)."""
+    if topic == base:
+        return DEFAULT_QUEUE, HIGHEST
+    if not topic.startswith(base + "."):
+        return None
+    queue, _, band = topic[len(base) + 1 :].partition(".")
+    if name_error(queue) is not None:
+        return None
+    if not band:
+        return (queue, HIGHEST) if queue != DEFAULT_QUEUE else None  # default's band 0 is ``base``
+    level = band.removeprefix("p")
+    if not level.isdigit() or band != f"p{int(level)}" or int(level) not in LEVELS[1:]:
+        return None
+    return queue, int(level)
+
+
+def band_consumer_group(group: str, queue: str, priority: int) -> str:
+    """The consumer group of ``queue``'s band ``priority``, its workers' ``group`` being the
+    base (``LEASEWORK_CONSUMER_GROUP``)."""
+    return band_group(consumer_group(group, queue), priority)

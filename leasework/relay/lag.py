@@ -1,8 +1,9 @@
-"""The consumer-lag service: exports the workers' consumer-group lag per partition, measured
-from outside the group (committed offsets against high watermarks), so a worker cut off from
-Kafka still shows up as lag. The measuring is done by a long-lived child process
-(:mod:`leasework.relay.lagprobe`, which says why a child); a pass is one life of it, and a
-probe that died is started again after the interval."""
+"""The consumer-lag service: exports the workers' consumer-group lag per queue, priority band
+and partition (``leasework_consumer_lag``), each band measured from outside its group
+(committed offsets against high watermarks), so a worker cut off from Kafka still shows up as
+lag. The measuring is done by a long-lived child process (:mod:`leasework.relay.lagprobe`,
+which says why a child); a pass is one life of it, and a probe that died is started again
+after the interval."""
 
 from __future__ import annotations
 
@@ -100,13 +101,33 @@ async def read_lag_samples(command: list[str]) -> ProbeRun:
 
 
 def export_lag_sample(line: bytes) -> bool:
-    """Export one line of the probe's; whether it was a sample (not an error, not noise)."""
+    """Export one line of the probe's; whether it was a sample (not an error, not noise). A
+    band the sample says it could not read keeps its last values; a band's partition the
+    sample has nothing of (its queue's topics deleted) is no longer exported."""
     try:
         sample = json.loads(line)
     except ValueError:
         return False
-    if not isinstance(sample, dict) or "error" in sample:
-        return False  # one missed sample
-    for partition, lag in sample.items():
-        metrics.consumer_lag.labels(str(partition)).set(lag)
+    if not isinstance(sample, dict) or not isinstance(sample.get("lag"), list):
+        return False  # an error (one missed sample) or noise
+    unread = {(str(b[0]), str(b[1])) for b in sample.get("unread", []) if len(b) == 2}
+    seen: set[tuple[str, str, str]] = set()
+    for entry in sample["lag"]:
+        if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], int)):
+            continue
+        labels = (str(entry[0]), str(entry[1]), str(entry[2]))
+        metrics.consumer_lag.labels(*labels).set(entry[3])
+        seen.add(labels)
+    for labels in exported_lag_labels() - seen:
+        if labels[:2] not in unread:
+            metrics.consumer_lag.remove(*labels)
     return True
+
+
+def exported_lag_labels() -> set[tuple[str, str, str]]:
+    """The (queue, priority, partition) of every ``leasework_consumer_lag`` series exported."""
+    return {
+        (s.labels["queue"], s.labels["priority"], s.labels["partition"])
+        for family in metrics.consumer_lag.collect()
+        for s in family.samples
+    }

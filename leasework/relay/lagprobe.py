@@ -1,5 +1,8 @@
-"""``python -m leasework.relay.lagprobe BROKERS GROUP TOPIC [EVERY]``: print the group's lag per
-partition as one JSON line, every ``EVERY`` seconds (once, without it), until killed.
+"""``python -m leasework.relay.lagprobe BROKERS GROUP TOPIC [EVERY]``: print the lag of every
+band of every queue (:func:`leasework.kafka.bands_lag`; ``GROUP`` and ``TOPIC`` are the
+workers' base consumer group and ready topic) as one JSON line, ``{"lag": [[queue, priority,
+partition, lag], ...], "unread": [[queue, priority], ...]}`` (``unread``: bands whose group
+offsets could not be read this time), every ``EVERY`` seconds (once, without it), until killed.
 
 The relay runs this as a long-lived child process rather than in its own: group-offset
 queries go through librdkafka's coordinator machinery, which the chaos harness saw abort the
@@ -16,10 +19,11 @@ import os
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from leasework.config import kafka_properties, merged_environment
-from leasework.kafka import client_config, group_lag
+from leasework.kafka import bands_lag, client_config
 
 
 def main(argv: list[str]) -> int:
@@ -27,25 +31,22 @@ def main(argv: list[str]) -> int:
     interval = float(every[0]) if every else None
     # the relay's environment, and so its LEASEWORK_RDKAFKA_* properties (SASL, TLS)
     extra = kafka_properties(merged_environment(os.environ))
-    probe = Consumer(
+    admin = AdminClient(
         {
             **client_config(brokers.split(","), "leasework-lagprobe", extra),
-            "group.id": group,  # reads the group's committed offsets; never subscribes
-            "enable.auto.commit": False,
             "socket.connection.setup.timeout.ms": 3000,
         }
     )
-    try:
-        while True:
-            try:
-                print(json.dumps(group_lag(probe, topic, timeout=4.0)), flush=True)
-            except KafkaException as exc:  # one missed sample; the next may work
-                print(json.dumps({"error": str(exc)[:300]}), flush=True)
-            if interval is None:
-                return 0
-            time.sleep(interval)
-    finally:
-        probe.close()
+    while True:
+        try:
+            lags, unread = bands_lag(admin, topic, group, timeout=4.0)
+            sample = [[b.queue, b.priority, b.partition, b.lag] for b in lags]
+            print(json.dumps({"lag": sample, "unread": unread}), flush=True)
+        except KafkaException as exc:  # one missed sample; the next may work
+            print(json.dumps({"error": str(exc)[:300]}), flush=True)
+        if interval is None:
+            return 0
+        time.sleep(interval)
 
 
 if __name__ == "__main__":

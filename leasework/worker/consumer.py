@@ -25,8 +25,8 @@ from leasework import metrics
 from leasework.config import Settings
 from leasework.kafka import client_config
 from leasework.pacing import Pacer
-from leasework.priorities import HIGHEST, band_group
-from leasework.queues import DEFAULT, consumer_group
+from leasework.priorities import HIGHEST, band_consumer_group
+from leasework.queues import DEFAULT
 from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
@@ -51,7 +51,7 @@ class Consumed:
 def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHEST) -> dict:
     """The consumer of ``queue``'s topic of priority ``band``, in the band's own group."""
     config = {
-        "group.id": band_group(consumer_group(settings.consumer_group, queue), band),
+        "group.id": band_consumer_group(settings.consumer_group, queue, band),
         # offsets are stored by the worker once a job's outcome is durable, and committed
         # by librdkafka in the background (plus synchronously on revoke and shutdown)
         "enable.auto.commit": True,

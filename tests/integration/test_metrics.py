@@ -11,8 +11,10 @@ import httpx
 
 from chaos.promql import scrape
 from devstack.layout import STACK_APP
+from leasework import queues
 from leasework.app import load_app
 from leasework.audit import Kind
+from leasework.priorities import LEVELS
 from leasework.relay.pruner import Retention
 from leasework.schedule import SkipReason as TickSkipReason
 from leasework.states import Status
@@ -51,6 +53,7 @@ LABEL_DOMAINS = {
     | {"body-too-large", "body-timeout", "busy"}  # bodies the guard refused
     | {r.value for r in TickSkipReason},  # a schedule's skipped tick
     "partition": {str(p) for p in range(12)},
+    "priority": {str(p) for p in LEVELS},
     # the pruner's, by final state; the guard's refusals
     "status": {"succeeded", "dead", "cancelled", "401", "403"},
     # the tables the pruner ages out, as it names them
@@ -64,7 +67,10 @@ LABEL_DOMAINS = {
 SAMPLE_LABELS = {"le", "quantile"}  # histogram buckets: a fixed set per metric
 # labels whose values are names an operator chose (a schedule's): bounded by how many the
 # operators made, not by the number of jobs; a value must still look like such a name
-NAME_LABELS = {"schedule": re.compile(r"[A-Za-z0-9_.:-]{1,100}")}
+NAME_LABELS = {
+    "schedule": re.compile(r"[A-Za-z0-9_.:-]{1,100}"),
+    "queue": queues.NAME_PATTERN,  # the consumer lag's, by queue and priority band
+}
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 

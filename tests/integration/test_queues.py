@@ -16,12 +16,14 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from chaos.promql import scrape
 from leasework.client import ApiError
 from leasework.enqueue import enqueue
 from leasework.priorities import band_topics
-from tests.integration.conftest import DIRECT_DSN, delete_jobs, wait_status
+from tests.integration.conftest import DIRECT_DSN, delete_jobs, wait_for, wait_status
 
 BROKERS = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"
+RELAY_OPS_PORT = 9102  # the relay exports the consumer lag
 
 
 def topics() -> set[str]:
@@ -35,6 +37,16 @@ def delete_topics(names: list[str]) -> None:
     admin = AdminClient({"bootstrap.servers": BROKERS})
     for future in admin.delete_topics(names, operation_timeout=30).values():
         future.result(60)
+
+
+def lag_of(queue: str) -> dict[str, float]:
+    """The relay's ``leasework_consumer_lag`` of ``queue``, summed by priority band."""
+    by_band: dict[str, float] = {}
+    for sample, value in scrape(RELAY_OPS_PORT).items():
+        if sample.startswith("leasework_consumer_lag{") and f'queue="{queue}"' in sample:
+            band = sample.split('priority="')[1].split('"')[0]
+            by_band[band] = by_band.get(band, 0) + value
+    return by_band
 
 
 def test_a_job_runs_in_its_types_queue_or_the_one_its_submit_names(client, db):
@@ -104,6 +116,12 @@ def test_the_cli_creates_a_queue_once_and_lists_every_queue(db):
         listed = json.loads(leasework("queues", "--json").stdout)
         (mine,) = [q for q in listed if q["name"] == name]
         assert mine["waiting"] == 4 and mine["waiting_by_priority"] == [1, 1, 0, 2]
+        # the relay publishes them to the queue's bands; their lag is exported per band
+        wait_for(
+            lambda: lag_of(name) == {"0": 1, "1": 1, "2": 0, "3": 2},
+            30,
+            f"the relay's consumer lag of queue {name} by band",
+        )
         table = leasework("queues")
         assert "oldest waiting" in table.stdout and name in table.stdout
         assert "1/1/0/2" in table.stdout
@@ -114,6 +132,7 @@ def test_the_cli_creates_a_queue_once_and_lists_every_queue(db):
         db.execute("DELETE FROM queues WHERE name = %s", (name,))
         delete_topics(band_topics("jobs.ready", name))
     assert not {t for t in topics() if name in t}, "the scratch queue's topics were left behind"
+    wait_for(lambda: not lag_of(name), 30, f"the lag of the deleted queue {name} unexported")
 
 
 def toggle(client, name: str, action: str) -> dict:

@@ -15,7 +15,14 @@ from leasework.app import App, AppError
 from leasework.client import batch_item, submit_body
 from leasework.enqueue import job as enqueue_job
 from leasework.job import Job
-from leasework.priorities import band_group, band_topic, band_topics, priority_error
+from leasework.priorities import (
+    band_consumer_group,
+    band_group,
+    band_of_topic,
+    band_topic,
+    band_topics,
+    priority_error,
+)
 from leasework.states import Status
 from leasework.submission import Defaults, JobRequest, insert_row, request_errors
 
@@ -48,6 +55,37 @@ def test_band_0_is_the_queues_topic_and_group_and_the_others_cannot_be_another_q
     )
     assert band_group("leasework-workers", 0) == "leasework-workers"
     assert band_group("leasework-workers.emails", 3) == "leasework-workers.emails.p3"
+    assert band_consumer_group("leasework-workers", "default", 0) == "leasework-workers"
+    assert band_consumer_group("leasework-workers", "emails", 2) == "leasework-workers.emails.p2"
+
+
+@pytest.mark.parametrize("queue", ["default", "emails", "p1", "a-b_c9"])
+@pytest.mark.parametrize("priority", [0, 1, 2, 3])
+def test_a_bands_topic_reads_back_as_its_queue_and_priority(queue, priority):
+    assert band_of_topic("jobs.ready", band_topic("jobs.ready", queue, priority)) == (
+        queue,
+        priority,
+    )
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        "jobs.dlq",  # the dead letters: no queue's
+        "__consumer_offsets",
+        "jobs.readyx",
+        "jobs.ready.default",  # default's band 0 is jobs.ready itself
+        "jobs.ready.emails.p0",  # band 0 has no suffix
+        "jobs.ready.emails.p4",
+        "jobs.ready.emails.p01",
+        "jobs.ready.emails.x",
+        "jobs.ready.Emails",  # no queue may have that name
+        "jobs.ready.emails.p1.x",
+        "jobs.ready.",
+    ],
+)
+def test_a_topic_that_is_no_band_reads_as_none(topic):
+    assert band_of_topic("jobs.ready", topic) is None
 
 
 def _app() -> App:

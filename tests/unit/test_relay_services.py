@@ -5,6 +5,7 @@ are driven in tests/integration/test_store.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import sys
@@ -435,13 +436,46 @@ async def test_the_backlog_gauge_keeps_its_last_values_while_postgres_cannot_be_
     )
 
 
+def lag_line(lag: list, unread: list | None = None) -> str:
+    return json.dumps({"lag": lag, "unread": unread or []})
+
+
+def exported_lag() -> dict[tuple[str, str, str], float]:
+    return {
+        labels: metrics.consumer_lag.labels(*labels)._value.get()
+        for labels in lag.exported_lag_labels()
+    }
+
+
 async def test_the_lag_probe_exports_each_sample_it_prints_until_it_exits():
-    lines = ['{"0": 3, "1": 0}', '{"error": "coordinator unavailable"}', "noise", '{"0": 7}']
+    for labels in lag.exported_lag_labels():
+        metrics.consumer_lag.remove(*labels)
+    lines = [
+        lag_line([["default", 0, 0, 3], ["default", 0, 1, 0], ["emails", 2, 0, 5]]),
+        '{"error": "coordinator unavailable"}',
+        "noise",
+        lag_line([["default", 0, 0, 7], ["default", 0, 1, 0], ["emails", 2, 0, 4]]),
+    ]
     script = "".join(f"print({line!r})\n" for line in lines)
     run = await lag.read_lag_samples([sys.executable, "-c", script])
     assert (run.samples, run.returncode) == (2, 0) and not run.more_waiting
-    assert metrics.consumer_lag.labels("0")._value.get() == 7
-    assert metrics.consumer_lag.labels("1")._value.get() == 0
+    assert exported_lag() == {
+        ("default", "0", "0"): 7,
+        ("default", "0", "1"): 0,
+        ("emails", "2", "0"): 4,
+    }
+
+
+def test_a_band_gone_from_a_sample_is_no_longer_exported_unless_it_was_unread():
+    for labels in lag.exported_lag_labels():
+        metrics.consumer_lag.remove(*labels)
+    first = [["default", 0, 0, 1], ["emails", 1, 0, 2], ["scratch", 3, 0, 9]]
+    assert lag.export_lag_sample(lag_line(first).encode())
+    # emails' band 1 could not be read this time: its last value stands; scratch was deleted
+    assert lag.export_lag_sample(lag_line([["default", 0, 0, 0]], [["emails", 1]]).encode())
+    assert exported_lag() == {("default", "0", "0"): 0, ("emails", "1", "0"): 2}
+    assert lag.export_lag_sample(b'{"lag": [["default", 0, 0, "x"], [1, 2]], "unread": []}')
+    assert exported_lag() == {}
 
 
 async def test_a_lag_probe_that_cannot_start_is_logged_and_waited_for(monkeypatch, caplog):

@@ -32,7 +32,9 @@ INSTANT = {
     "delay_p99": "histogram_quantile(0.99, sum by (le) "
     '(rate(leasework_scheduling_delay_seconds_bucket{job="leasework"}[1h])))',
     "budget_left": "leasework:scheduling_delay_slo:error_budget_remaining_30d",
-    "consumer_lag": 'sum(max by (partition) (leasework_consumer_lag{job="leasework"}))',
+    "consumer_lag": (
+        'sum(max by (queue, priority, partition) (leasework_consumer_lag{job="leasework"}))'
+    ),
 }
 # range queries over the last hour: name -> PromQL
 RANGE = {
