@@ -8,6 +8,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from leasework.audit import (
     AttemptRow,
@@ -25,7 +27,9 @@ from leasework.audit import (
     check_rates,
     check_ticks,
     check_unique_keys,
+    most_at_once,
     overdue_lease,
+    peaks,
     queue_capped,
     stuck_queued,
 )
@@ -251,6 +255,31 @@ def test_a_job_that_ran_while_its_limit_was_full_is_over_limit():
     assert kinds(found) == ["over_limit"] and "3 attempts" in found[0].detail
     assert check_limits([c], spans, {"keyed": 3}) == []
     assert check_limits([a], [span(a, 0, 10), span(b, 10, 12), span(c, 10, 13)], {"keyed": 2}) == []
+
+
+# spans on a coarse grid (ties between starts and finishes are the edge cases), some still
+# running, some finishing where or before they started
+SPANS = st.lists(
+    st.tuples(st.integers(0, 12), st.one_of(st.none(), st.integers(0, 14))), max_size=24
+)
+
+
+@given(SPANS)
+def test_the_sweep_finds_what_the_definition_does(bounds):
+    job = limited()
+    spans = [span(job, start, end) for start, end in bounds]
+    assert peaks(spans) == [most_at_once(s, spans) for s in spans]
+
+
+def test_of_a_queue_caps_thousands_of_jobs_those_that_ran_with_one_too_many_are_found():
+    """One limit for 5,000 jobs (a capped queue's pass), four at once all along, and a fifth
+    attempt from 100 s to 100.5 s: the five jobs it overlapped are over the cap."""
+    jobs = [limited("@capped") for _ in range(5000)]
+    spans = [span(j, i * 0.25, i * 0.25 + 1.0) for i, j in enumerate(jobs)]
+    spans.append(span(limited("@capped"), 100.0, 100.5))
+    found = check_limits(jobs, spans, {"@capped": 4})
+    assert {f.job_id for f in found} == {j.id for j in jobs[397:402]}
+    assert all("5 attempts" in f.detail for f in found)
 
 
 def test_a_reaped_attempts_slot_counts_until_it_was_taken_back_and_other_keys_do_not():

@@ -327,7 +327,27 @@ def test_markdown_shows_an_audit_pass_at_each_size():
     assert "## One auditor pass as the table grows" in md
     assert "| 100,000 | 160.0 | 150.0 | 170.0 | 1.00x |" in md
     assert "| 1,000,000 | 168.0 | 150.0 | 190.0 | 1.05x |" in md
+    assert "limited jobs" not in md
     assert "auditor pass" not in report.render_markdown(_result([_row("floor", 1800.0)]))
+    result["audit"]["limited"] = [
+        {
+            "type": "keyed",
+            "backlog": 0,
+            "pass_ms": [700.0, 780.0, 800.0],
+            "median_ms": 780.0,
+            "violations": 0,
+        },
+        {
+            "type": "rated",
+            "backlog": 400_000,
+            "pass_ms": [1200.0, 1400.0, 1700.0],
+            "median_ms": 1400.0,
+            "violations": 0,
+        },
+    ]
+    md = report.render_markdown(result)
+    assert "| `keyed` | 0 | 780.0 | 700.0 | 800.0 | 0 |" in md
+    assert "| `rated` | 400,000 | 1400.0 | 1200.0 | 1700.0 | 0 |" in md
 
 
 def test_markdown_shows_errors_and_missing_figures():

@@ -18,7 +18,8 @@ Rows, in this order (``--rows`` picks some):
 * ``unaudited-batch`` (and ``unaudited-single`` on request): ``batch`` with the relay's
   auditor off (``LEASEWORK_AUDIT_INTERVAL=never``), the auditor's cost by difference;
 * ``audit`` (on request): one auditor pass's time on a jobs table of 100,000 and of
-  1,000,000 finished jobs, in a scratch schema (``tools.bench.audit``);
+  1,000,000 finished jobs, and over limited jobs of a capped queue beside a backlog of 0 to
+  400,000, in scratch schemas (``tools.bench.audit``);
 * ``limits`` (on request): concurrency limits per key and per queue and a rate limit under a
   backlog, the running jobs sampled from Postgres and the starts read from effects
   (``tools.bench.limits``; about two minutes).

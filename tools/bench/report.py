@@ -345,6 +345,22 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
             ),
             "",
         ]
+        if audit.get("limited"):
+            lines += [
+                f"Passes over {audit['batch']:,} limited jobs each: a queue capped at 4 "
+                "(its cap one limit for all of them), the type `keyed` (a concurrency key "
+                "each) or `rated` (a rate key each), four attempts at once, beside a backlog "
+                "of the queue's jobs waiting:",
+                "",
+                "| type | backlog waiting | pass ms, median | min | max | violations found |",
+                "|:---|---:|---:|---:|---:|---:|",
+                *(
+                    f"| `{s['type']}` | {s['backlog']:,} | {s['median_ms']:.1f} | "
+                    f"{min(s['pass_ms']):.1f} | {max(s['pass_ms']):.1f} | {s['violations']} |"
+                    for s in audit["limited"]
+                ),
+                "",
+            ]
     lines += [
         "## Throughput over time",
         "",
