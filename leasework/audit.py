@@ -334,15 +334,7 @@ def peaks(spans: Sequence[LimitSpan]) -> list[int]:
     finishes = sorted(s.finished for s in live if s.finished is not None)
     points = sorted(set(starts))
     counts = [bisect.bisect_right(starts, p) - bisect.bisect_right(finishes, p) for p in points]
-    table = [counts]  # table[j][i]: the most of counts[i : i + 2**j]
-    while 2 ** len(table) <= len(counts):
-        last, half = table[-1], 2 ** (len(table) - 1)
-        table.append([max(last[i], last[i + half]) for i in range(len(last) - half)])
-
-    def most(lo: int, hi: int) -> int:  # the most of counts[lo:hi], lo < hi
-        level = (hi - lo).bit_length() - 1
-        return max(table[level][lo], table[level][hi - 2**level])
-
+    most = RangeMax(counts)
     result = []
     for s in spans:
         if s.finished is not None and s.finished <= s.started:  # the others at its start
@@ -353,6 +345,24 @@ def peaks(spans: Sequence[LimitSpan]) -> list[int]:
         hi = len(points) if s.finished is None else bisect.bisect_left(points, s.finished)
         result.append(most(lo, hi))
     return result
+
+
+class RangeMax:
+    """The most of ``values[lo:hi]`` in O(1) after O(n log n) (a sparse table: level ``j``
+    holds the most of each run of ``2**j``)."""
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.table = [list(values)]
+        while 2 ** len(self.table) <= len(values):
+            last, half = self.table[-1], 2 ** (len(self.table) - 1)
+            self.table.append([max(last[i], last[i + half]) for i in range(len(last) - half)])
+
+    def __call__(self, lo: int, hi: int) -> int:
+        """The most of ``values[lo:hi]``; 0 for an empty range."""
+        if hi <= lo:
+            return 0
+        level = (hi - lo).bit_length() - 1
+        return max(self.table[level][lo], self.table[level][hi - 2**level])
 
 
 def check_limits(
@@ -437,6 +447,23 @@ def most_in_window(mine: datetime, starts: Iterable[datetime], per: float) -> in
     )
 
 
+def window_peaks(mine: Sequence[datetime], starts: Sequence[datetime], per: float) -> list[int]:
+    """:func:`most_in_window` of each of ``mine`` against ``starts`` (one rate key's, ``mine``
+    among them), in O(n log n): the count of the window opened by each start, and for each of
+    ``mine`` the most of those over the starts that open a window holding it (within ``per``
+    seconds before it). A rate with no key is one key for all of its type's jobs, which the
+    count by each job in turn made quadratic (as :func:`peaks` says of a queue's cap)."""
+    width = timedelta(seconds=per)
+    ordered = sorted(starts)
+    counts = [
+        bisect.bisect_left(ordered, t + width) - bisect.bisect_left(ordered, t) for t in ordered
+    ]
+    most = RangeMax(counts)
+    return [
+        most(bisect.bisect_right(ordered, m - width), bisect.bisect_right(ordered, m)) for m in mine
+    ]
+
+
 def check_rates(
     jobs: Iterable[FinishedJob], starts: Iterable[RateStart], rules: Mapping[str, RateRule]
 ) -> list[Violation]:
@@ -446,14 +473,21 @@ def check_rates(
     of: dict[str, list[RateStart]] = {}
     for s in starts:
         of.setdefault(s.rate_key, []).append(s)
+    # the most in a window while each start ran, by (rate key, job id): per key once
+    most_of: dict[tuple[str, uuid.UUID], int] = {}
+    for key, key_starts in of.items():
+        rule = rules.get(key.split("/", 1)[0])
+        if rule is None:
+            continue
+        times = [s.started for s in key_starts]
+        for s, most in zip(key_starts, window_peaks(times, times, rule.per), strict=True):
+            most_of[key, s.job_id] = max(most_of.get((key, s.job_id), 0), most)
     found = []
     for job in jobs:
         rule = rules.get((job.rate_key or "").split("/", 1)[0])
         if job.rate_key is None or rule is None:
             continue
-        key_starts = [s.started for s in of.get(job.rate_key, [])]
-        mine = [s.started for s in of.get(job.rate_key, []) if s.job_id == job.id]
-        most = max((most_in_window(m, key_starts, rule.per) for m in mine), default=0)
+        most = most_of.get((job.rate_key, job.id), 0)
         if most > rule.allowed:
             found.append(
                 Violation(

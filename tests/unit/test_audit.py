@@ -28,10 +28,12 @@ from leasework.audit import (
     check_ticks,
     check_unique_keys,
     most_at_once,
+    most_in_window,
     overdue_lease,
     peaks,
     queue_capped,
     stuck_queued,
+    window_peaks,
 )
 from leasework.audit_cli import parse_moment
 from leasework.states import Status
@@ -271,6 +273,15 @@ def test_the_sweep_finds_what_the_definition_does(bounds):
     assert peaks(spans) == [most_at_once(s, spans) for s in spans]
 
 
+@given(
+    st.lists(st.integers(0, 40), max_size=30),
+    st.sampled_from([0.5, 1.0, 2.5]),
+)
+def test_the_window_sweep_finds_what_the_definition_does(quarters, per):
+    starts = [NOW + timedelta(seconds=q / 4) for q in quarters]  # ties and window edges
+    assert window_peaks(starts, starts, per) == [most_in_window(t, starts, per) for t in starts]
+
+
 def test_of_a_queue_caps_thousands_of_jobs_those_that_ran_with_one_too_many_are_found():
     """One limit for 5,000 jobs (a capped queue's pass), four at once all along, and a fifth
     attempt from 100 s to 100.5 s: the five jobs it overlapped are over the cap."""
@@ -320,3 +331,23 @@ def test_a_job_that_started_with_its_rate_exceeded_is_over_limit():
     other = [RateStart(j.id, "rated/b", at(n * 0.1)) for n, j in enumerate(jobs)]
     assert check_rates(jobs, other, rule) == []  # another key's starts do not count
     assert check_rates(jobs, bunched, {"rated": RateRule(5, 1.0, burst=2)}) == []
+
+
+def test_of_a_type_wide_rates_thousands_of_starts_those_near_two_too_many_are_found():
+    """A rate with no key is one key for every job of its type: 5,000 starts at the rate's
+    pace (5 a second: 5 in any second, 6 allowed) and two more at 500.05 s and 500.1 s. The
+    windows opened at 499.2 to 500.05 hold 7; every start in one of them is over the limit:
+    those from 499.2 s to 501.0 s, and the two."""
+    rule = {"rated": RateRule(count=5, per=1.0, burst=1)}
+    jobs = [
+        FinishedJob(uuid.uuid4(), Status.SUCCEEDED, 1, 1, 5, NOW, rate_key="rated")
+        for _ in range(5002)
+    ]
+    at = lambda s: NOW + timedelta(seconds=s)  # noqa: E731
+    starts = [RateStart(j.id, "rated", at(n * 0.2)) for n, j in enumerate(jobs[:5000])]
+    starts += [RateStart(jobs[5000].id, "rated", at(500.05))]
+    starts += [RateStart(jobs[5001].id, "rated", at(500.1))]
+    found = check_rates(jobs, starts, rule)
+    over = {j.id for j in jobs[2496:2506]} | {jobs[5000].id, jobs[5001].id}
+    assert {v.job_id for v in found} == over
+    assert all("7 starts" in v.detail for v in found)
