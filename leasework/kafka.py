@@ -183,8 +183,8 @@ def bands_lag(
     (the admin API takes one group a call; they are sent together), and the high watermarks
     of every partition in one batch per leader. Returns the lags, and the (queue, priority)
     of each band whose group's offsets could not be read this time (no lag of it: its last
-    sample stands). Blocking: call from a thread or, as the
-    relay does, a child process (:mod:`leasework.relay.lagprobe`)."""
+    sample stands). Blocking: call from a thread or, as the relay does, a child process
+    (:mod:`leasework.relay.lagprobe`)."""
     metadata = admin.list_topics(timeout=timeout)
     bands: dict[str, tuple[str, int, list[TopicPartition]]] = {}
     for topic, found in sorted(metadata.topics.items()):

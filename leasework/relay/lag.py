@@ -110,7 +110,11 @@ def export_lag_sample(line: bytes) -> bool:
         return False
     if not isinstance(sample, dict) or not isinstance(sample.get("lag"), list):
         return False  # an error (one missed sample) or noise
-    unread = {(str(b[0]), str(b[1])) for b in sample.get("unread", []) if len(b) == 2}
+    unread = {
+        (str(b[0]), str(b[1]))
+        for b in (sample.get("unread") or [])
+        if isinstance(b, list) and len(b) == 2
+    }
     seen: set[tuple[str, str, str]] = set()
     for entry in sample["lag"]:
         if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], int)):

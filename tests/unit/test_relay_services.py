@@ -474,7 +474,7 @@ def test_a_band_gone_from_a_sample_is_no_longer_exported_unless_it_was_unread():
     # emails' band 1 could not be read this time: its last value stands; scratch was deleted
     assert lag.export_lag_sample(lag_line([["default", 0, 0, 0]], [["emails", 1]]).encode())
     assert exported_lag() == {("default", "0", "0"): 0, ("emails", "1", "0"): 2}
-    assert lag.export_lag_sample(b'{"lag": [["default", 0, 0, "x"], [1, 2]], "unread": []}')
+    assert lag.export_lag_sample(b'{"lag": [["default", 0, 0, "x"], [1, 2], 3], "unread": [4]}')
     assert exported_lag() == {}
 
 
