@@ -447,12 +447,12 @@ def most_in_window(mine: datetime, starts: Iterable[datetime], per: float) -> in
     )
 
 
-def window_peaks(mine: Sequence[datetime], starts: Sequence[datetime], per: float) -> list[int]:
-    """:func:`most_in_window` of each of ``mine`` against ``starts`` (one rate key's, ``mine``
-    among them), in O(n log n): the count of the window opened by each start, and for each of
-    ``mine`` the most of those over the starts that open a window holding it (within ``per``
-    seconds before it). A rate with no key is one key for all of its type's jobs, which the
-    count by each job in turn made quadratic (as :func:`peaks` says of a queue's cap)."""
+def window_peaks(starts: Sequence[datetime], per: float) -> list[int]:
+    """:func:`most_in_window` of each of ``starts`` (one rate key's) against them all, in
+    O(n log n): the count of the window opened by each start, and for each start the most of
+    those over the starts that open a window holding it (within ``per`` seconds before it).
+    A rate with no key is one key for all of its type's jobs, which the count by each job in
+    turn made quadratic (as :func:`peaks` says of a queue's cap)."""
     width = timedelta(seconds=per)
     ordered = sorted(starts)
     counts = [
@@ -460,7 +460,8 @@ def window_peaks(mine: Sequence[datetime], starts: Sequence[datetime], per: floa
     ]
     most = RangeMax(counts)
     return [
-        most(bisect.bisect_right(ordered, m - width), bisect.bisect_right(ordered, m)) for m in mine
+        most(bisect.bisect_right(ordered, t - width), bisect.bisect_right(ordered, t))
+        for t in starts
     ]
 
 
@@ -480,7 +481,7 @@ def check_rates(
         if rule is None:
             continue
         times = [s.started for s in key_starts]
-        for s, most in zip(key_starts, window_peaks(times, times, rule.per), strict=True):
+        for s, most in zip(key_starts, window_peaks(times, rule.per), strict=True):
             most_of[key, s.job_id] = max(most_of.get((key, s.job_id), 0), most)
     found = []
     for job in jobs:

@@ -279,7 +279,7 @@ def test_the_sweep_finds_what_the_definition_does(bounds):
 )
 def test_the_window_sweep_finds_what_the_definition_does(quarters, per):
     starts = [NOW + timedelta(seconds=q / 4) for q in quarters]  # ties and window edges
-    assert window_peaks(starts, starts, per) == [most_in_window(t, starts, per) for t in starts]
+    assert window_peaks(starts, per) == [most_in_window(t, starts, per) for t in starts]
 
 
 def test_of_a_queue_caps_thousands_of_jobs_those_that_ran_with_one_too_many_are_found():
