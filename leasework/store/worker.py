@@ -16,6 +16,7 @@ from leasework.outcomes import Completion, Outcome
 from leasework.queues import HELD_UNTIL, LIMIT_LOCK, PAUSE_LOCK
 from leasework.states import TERMINAL, Status, transition
 from leasework.store.common import (
+    GENERIC_PLANS,
     JOB_COLUMNS,
     dead_letter_outbox_insert,
     ready_outbox_insert,
@@ -144,8 +145,9 @@ def jobs_start_many(
         return Stamped([], [])
     ids = [c[0] for c in claims]
     with conn.pipeline():
-        conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", PAUSE_LOCK)
-        conn.execute(STAMP_LOCKS, {"lock": LIMIT_LOCK, "ids": ids})
+        conn.execute(GENERIC_PLANS)
+        conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", PAUSE_LOCK, prepare=True)
+        conn.execute(STAMP_LOCKS, {"lock": LIMIT_LOCK, "ids": ids}, prepare=True)
         cur = conn.execute(
             STAMP,
             {
@@ -155,6 +157,7 @@ def jobs_start_many(
                 "ttl": ttl,
                 "until": HELD_UNTIL,
             },
+            prepare=True,
         )
         rows = cur.fetchall()
     jobs = [Job.from_row(r) for r in rows]
@@ -405,15 +408,19 @@ def jobs_finish_many(
         }
         for c in completions
     ]
-    rows = conn.execute(
-        FINISH_MANY,
-        {
-            "done": Jsonb(done),
-            "dlq": dlq_topic,
-            "ready": ready_topic,
-            "terminal": [str(s) for s in TERMINAL],
-        },
-    ).fetchall()
+    with conn.pipeline():  # after the effects: they keep the session's plan_cache_mode
+        conn.execute(GENERIC_PLANS)
+        cur = conn.execute(
+            FINISH_MANY,
+            {
+                "done": Jsonb(done),
+                "dlq": dlq_topic,
+                "ready": ready_topic,
+                "terminal": [str(s) for s in TERMINAL],
+            },
+            prepare=True,
+        )
+        rows = cur.fetchall()
     written = {r["id"]: Status(r["status"]) for r in rows}
     if retrying and len(written) < len(completions):
         missing = [c for c in completions if c.job_id not in written]

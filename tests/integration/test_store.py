@@ -332,6 +332,62 @@ def test_a_stamp_that_waits_for_its_limits_lock_starts_when_the_wait_ends(stack)
             delete_jobs(db, "id = %s", (job.id,))
 
 
+def plans_of(conn: psycopg.Connection, beginning: str) -> tuple[int, int]:
+    """(generic, custom) plans this connection's prepared statement whose text begins as
+    ``beginning`` does (up to its first parameter) has run."""
+    prefix = beginning.strip().split("%", 1)[0]
+    rows = conn.execute(
+        "SELECT generic_plans AS g, custom_plans AS c FROM pg_prepared_statements "
+        "WHERE left(ltrim(statement, E' \\n'), %s) = %s",
+        (len(prefix), prefix),
+    ).fetchall()
+    assert len(rows) == 1, rows
+    return rows[0]["g"], rows[0]["c"]
+
+
+def test_the_stamp_and_the_finish_are_planned_once_per_connection_not_per_execution(conn):
+    """The worker's hot statements run prepared with a generic plan (store.GENERIC_PLANS): a
+    lone job's stamp on a connection of the pool had paid for its planning (about 2 ms, more
+    on a new backend) at each of its first five executions there."""
+    jobs = [make_job(conn) for _ in range(3)]
+    for n, job in enumerate(jobs, start=1):
+        stamped = store.jobs_start_many(conn, [(job.id, 10**15 + n)], worker="w", ttl=60)
+        assert [j.id for j in stamped.started] == [job.id]
+        store.jobs_finish_many(
+            conn, [Completion(job.id, 10**15 + n, Outcome(Status.SUCCEEDED))], dlq_topic="d"
+        )
+    assert plans_of(conn, store.worker.STAMP) == (3, 0)
+    assert plans_of(conn, store.worker.STAMP_LOCKS) == (3, 0)
+    assert plans_of(conn, store.worker.FINISH_MANY) == (3, 0)
+
+
+def test_a_users_fenced_effects_keep_the_sessions_plan_cache_mode(conn):
+    """The generic plans are the worker's own statements' (SET LOCAL, said after the
+    effects): a user's effect in the finish's transaction plans as its session says."""
+    seen = []
+
+    def effect(c: psycopg.Connection) -> None:
+        seen.append(c.execute("SELECT current_setting('plan_cache_mode') AS m").fetchone())
+
+    job = running(conn)
+    store.jobs_finish_many(
+        conn,
+        [Completion(job.id, job.fence, Outcome(Status.SUCCEEDED), effects=(effect,))],
+        dlq_topic="d",
+    )
+    assert [r["m"] for r in seen] == ["auto"]
+
+
+def test_the_insert_function_plans_its_statements_generically(conn):
+    """Migration 0019: leasework_jobs_insert's statements plan once per connection. A later
+    CREATE OR REPLACE of the function drops the setting unless it says it again."""
+    (config_row,) = conn.execute(
+        "SELECT proconfig FROM pg_proc "
+        "WHERE oid = 'leasework_jobs_insert(jsonb, text)'::regprocedure"
+    ).fetchall()
+    assert config_row["proconfig"] == ["plan_cache_mode=force_generic_plan"]
+
+
 def test_the_pruner_deletes_finished_jobs_past_retention_with_their_rows(conn):
     old = make_job(conn, Status.SUCCEEDED, sql_finished_at="now() - interval '3 days'")
     recent = make_job(conn, Status.SUCCEEDED, sql_finished_at="now() - interval '1 hour'")

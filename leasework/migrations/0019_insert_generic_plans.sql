@@ -1,0 +1,12 @@
+-- leasework_jobs_insert (0017) plans its statements with generic plans. PL/pgSQL keeps a plan
+-- per statement per connection, but under the default plan_cache_mode (`auto`) it plans each
+-- statement anew, for its values, at its first five executions on every connection; the
+-- api's pool hands a lone submit whichever of its connections waited longest, so most lone
+-- submits paid for planning the insert's big statement: 4-10 ms per insert against 2-2.5 ms
+-- with generic plans, measured on fresh connections (docs/design-decisions.md, "Hot
+-- statements use generic plans"). Every statement of the function finds its rows by key (a
+-- job's id, its idempotency or unique key), so the generic plan is the plan whatever the
+-- values. The setting holds inside the function only: the caller's own statements in the same
+-- transaction (the SQL door, `leasework.enqueue`) keep theirs. A later CREATE OR REPLACE of
+-- the function drops it: say it again there.
+ALTER FUNCTION leasework_jobs_insert(jsonb, text) SET plan_cache_mode = force_generic_plan;
