@@ -429,3 +429,64 @@ def test_repeated_runs_report_the_median_and_the_spread():
     assert "2%, 5%, 1%" in text
     assert report.spread([None, 2.0]) == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1}
     assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5
+
+
+def test_isolation_shows_each_flood_being_published_and_published_and_judges_the_latter():
+    delays = {"p50_ms": 5.0, "p99_ms": 60.0, "max_ms": 61.0}
+    result = {
+        "isolation": {
+            "flood": 20000,
+            "paced": 100,
+            "unflooded": delays,
+            "goal_p99_ms": 160.0,
+            "floods": [
+                {
+                    "job_seconds": 5.0,
+                    "waiting_after": 19000,
+                    "publishing": {"p50_ms": 9.0, "p99_ms": 400.0, "max_ms": 410.0},
+                    "p50_ms": 6.0,
+                    "p99_ms": 90.0,
+                    "max_ms": 95.0,
+                },
+                # a report written before floods were measured twice
+                {"job_seconds": 1.0, "waiting_after": 18000, **delays},
+            ],
+        }
+    }
+    text = "\n".join(report.queues_lines(result))
+    assert "| `emails` flooded with 5 s jobs, being published | 9.0 ms | 400.0 ms |" in text
+    assert "| `emails` flooded with 5 s jobs, published | 6.0 ms | 90.0 ms |" in text
+    assert "| `emails` flooded with 1 s jobs | 5.0 ms | 60.0 ms |" in text
+    assert "160.0 ms: met." in text
+    result["isolation"]["floods"][0]["p99_ms"] = 170.0
+    assert "160.0 ms: **not met**." in "\n".join(report.queues_lines(result))
+
+
+def test_priorities_show_the_backlog_being_published_and_published_and_judge_the_latter():
+    prio = {
+        "paced": 100,
+        "flood": 20000,
+        "flood_started": 9000,
+        "flood_waiting_after": 8000,
+        "flood_job_seconds": 0.5,
+        "goal_p99_ms": 1000.0,
+        "publishing": {
+            "p50_ms": 120.0,
+            "p99_ms": 1100.0,
+            "max_ms": 1110.0,
+            "flood_waiting_after": 15000,
+        },
+        "p50_ms": 8.0,
+        "p99_ms": 40.0,
+        "max_ms": 41.0,
+    }
+    text = "\n".join(report.queues_lines({"priorities": prio}))
+    assert (
+        "| priority 0, backlog being published | 120.0 ms | 1100.0 ms | 1110.0 ms | 15000 |" in text
+    )
+    assert "| priority 0 behind the backlog, published | 8.0 ms | 40.0 ms |" in text
+    assert "under 1000 ms: met |" in text
+    del prio["publishing"]
+    prio["p99_ms"] = 1200.0
+    text = "\n".join(report.queues_lines({"priorities": prio}))
+    assert "being published" not in text and "under 1000 ms: **not met** |" in text

@@ -1,12 +1,20 @@
 """``just bench --rows priorities,isolation`` (on request): scheduling delays behind a flood,
 observed from Postgres while the demo's workers run it (issue 22).
 
-* priorities: 20,000 ``sleep`` jobs (0.2 s) of the lowest priority (3) in the ``default``
+* priorities: 20,000 ``sleep`` jobs (0.5 s) of the lowest priority (3) in the ``default``
   queue, enqueued at once; once they run, 100 ``noop`` jobs of the highest priority (0),
-  one per transaction, 10 a second; their scheduling delays (start minus due);
+  one per transaction, 10 a second; their scheduling delays (start minus due). Measured
+  twice, as a flood of the isolation row is (below): while the relay publishes the backlog,
+  then with all of it published (the goal's verdict);
 * isolation: the same 100 paced ``noop`` jobs in ``default`` with the machine otherwise
   idle (unflooded), then again while the ``emails`` queue holds 20,000 slow jobs (``sleep``,
-  5 s) and runs them, and again with 20,000 of 1 s (five times the starts a second).
+  5 s) and runs them, and again with 20,000 of 1 s (five times the starts a second). Each
+  flood is measured twice: at once, while the relay still publishes it (20,000 messages:
+  seconds of both cores for the relay and the brokers, a cost of the burst, not of the
+  queue), and again once its messages are all published, the queue holding its backlog and
+  running its slots full. The goal's verdict is the second's: it asks whether a queue's
+  backlog takes anything from another queue; the first says what a burst of 20,000 inserts
+  costs everything else on two cores.
 
 What is left of a flood when its measurement ends is cancelled in Postgres (its Kafka
 messages then find the jobs cancelled), and the next measurement waits until nothing of it
@@ -29,6 +37,9 @@ import leasework
 FLOOD = 20_000
 PACED, PACE = 100, 0.1  # jobs, seconds between two
 LOW, HIGH = 3, 0
+# the backlog's jobs: long enough that about half of it still waits after both measurements
+# (128 slots on the demo's two workers: about 250 starts a second)
+LOW_SECONDS = 0.5
 PRIORITY_GOAL = 1.0  # seconds, the high-priority jobs' p99 behind the flood
 ISOLATION_MARGIN = 0.1  # seconds over the unflooded p99
 FLOODED_QUEUE = "emails"
@@ -71,6 +82,16 @@ def _flood(dsn: str, conn: psycopg.Connection, tag: str, **job: Any) -> None:
             )
             writer.commit()
     _wait(conn, "the flood to run", lambda: _count(conn, tag, "status = 'running'") >= 50, 120)
+
+
+def _published(conn: psycopg.Connection, tag: str) -> bool:
+    """Whether the relay has published every message of the flood ``tag``."""
+    row = conn.execute(
+        "SELECT NOT EXISTS (SELECT 1 FROM outbox o JOIN jobs j ON j.id = o.job_id "
+        "WHERE j.payload->>'bench' = %s) AS done",
+        (tag,),
+    ).fetchone()
+    return bool(row["done"])
 
 
 def _drain(conn: psycopg.Connection, tag: str) -> int:
@@ -131,7 +152,11 @@ def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         flood = f"{tag}-low"
         log(f"priorities: {FLOOD} sleep jobs of priority {LOW} in default")
-        _flood(dsn, conn, flood, payload={"seconds": 0.2}, priority=LOW)
+        _flood(dsn, conn, flood, payload={"seconds": LOW_SECONDS}, priority=LOW)
+        log(f"priorities: {PACED} noop jobs of priority {HIGH}, backlog being published")
+        publishing = _delays(_paced(dsn, conn, f"{tag}-high-publishing", priority=HIGH))
+        waiting_published = _count(conn, flood, "status = 'queued'")
+        _wait(conn, "the backlog's publishing", lambda: _published(conn, flood), 300)
         log(f"priorities: {PACED} noop jobs of priority {HIGH}, {1 / PACE:g} a second")
         delays = _paced(dsn, conn, f"{tag}-high", priority=HIGH)
         waiting = _count(conn, flood, "status = 'queued'")
@@ -142,6 +167,8 @@ def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
         "flood": FLOOD,
         "flood_waiting_after": waiting,
         "flood_started": ran,
+        "flood_job_seconds": LOW_SECONDS,
+        "publishing": {**publishing, "flood_waiting_after": waiting_published},
         "paced": PACED,
         "goal_p99_ms": PRIORITY_GOAL * 1000,
         **_delays(delays),
@@ -160,11 +187,21 @@ def isolation_row(dsn: str, tag: str) -> dict[str, Any]:
             flood = f"{tag}-flood-{seconds:g}"
             log(f"isolation: {FLOOD} sleep jobs of {seconds:g} s in {FLOODED_QUEUE}")
             _flood(dsn, conn, flood, payload={"seconds": seconds}, queue=FLOODED_QUEUE)
+            log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} being published")
+            publishing = _delays(_paced(dsn, conn, f"{tag}-publishing-{seconds:g}"))
+            _wait(conn, "the flood's publishing", lambda f=flood: _published(conn, f), 300)
             log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} flooded")
             delays = _delays(_paced(dsn, conn, f"{tag}-flooded-{seconds:g}"))
             waiting = _count(conn, flood, "status = 'queued'")
             _drain(conn, flood)
-            floods.append({"job_seconds": seconds, "waiting_after": waiting, **delays})
+            floods.append(
+                {
+                    "job_seconds": seconds,
+                    "waiting_after": waiting,
+                    "publishing": publishing,
+                    **delays,
+                }
+            )
     return {
         "name": "isolation",
         "flood": FLOOD,
