@@ -72,6 +72,17 @@ def check_if_idle(conn: psycopg.Connection) -> None:
         ConnectionPool.check_connection(conn)
 
 
+def _close_transaction(conn: psycopg.Connection) -> None:
+    """Hand an autocommit connection back as the pool lends it: a transaction ``fn`` left
+    open (a statement failed, or the caller raised before ``COMMIT``) rolled back, and
+    autocommit off."""
+    if conn.broken:
+        return
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.execute("ROLLBACK")
+    conn.autocommit = False
+
+
 class Database:
     def __init__(
         self,
@@ -131,6 +142,65 @@ class Database:
         not write (nothing would hold its writes together). Retried once on a dead
         connection, as :meth:`run` is."""
         return await self._in_thread(fn, args, autocommit=True)
+
+    async def run_begun(self, fn: Callable[..., T], *args: object) -> T:
+        """:meth:`run` for an ``fn`` that sends ``BEGIN`` itself, in one round trip with its
+        first statements (:func:`leasework.store.common.one_round_trip` with ``commit=False``,
+        on the autocommit connection it is handed), where psycopg's own ``BEGIN`` costs a
+        round trip of its own; ``COMMIT`` follows when ``fn`` returns. The same guarantees as
+        :meth:`run`: nothing is committed before that ``COMMIT``, so a connection found dead
+        while ``fn`` runs is retried once on a working one, and a failure of the ``COMMIT``
+        itself is never retried (its outcome is unknown)."""
+
+        def once() -> T:
+            with self.pool.connection() as conn:
+                conn.autocommit = True  # a client-side switch: no round trip
+                try:
+                    try:
+                        result = fn(conn, *args)
+                    except psycopg.OperationalError as exc:
+                        if conn.broken:
+                            raise _DeadConnection from exc
+                        raise
+                    conn.execute("COMMIT")
+                    return result
+                finally:
+                    _close_transaction(conn)
+
+        def call() -> T:
+            try:
+                return once()
+            except _DeadConnection:
+                log.warning("a pooled connection was dead; checking the pool, trying once more")
+                self.pool.check()
+                try:
+                    return once()
+                except _DeadConnection as again:
+                    raise again.__cause__ from None  # type: ignore[misc]
+
+        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+
+    async def transact(self, fn: Callable[..., T], *args: object) -> T:
+        """Run ``fn(conn, *args)`` on a pooled connection in autocommit, in a thread, where
+        ``fn`` sends its whole transaction at once (:func:`leasework.store.common.one_round_trip`:
+        ``BEGIN``, its statements and ``COMMIT`` in one pipeline) or is one statement: one round
+        trip, where :meth:`run` costs three or more. For the statements on the path from submit
+        to start, where each round trip is a wait of the lone job.
+
+        Never retried: once the pipeline is sent its ``COMMIT`` may have happened, so a
+        connection lost meanwhile leaves the outcome unknown, and the error propagates for the
+        caller to settle (a connection that sat idle is still checked before it is handed out).
+        A transaction left open by a failed statement is rolled back."""
+
+        def call() -> T:
+            with self.pool.connection() as conn:
+                conn.autocommit = True  # a client-side switch: no round trip
+                try:
+                    return fn(conn, *args)
+                finally:
+                    _close_transaction(conn)
+
+        return await trio.to_thread.run_sync(call, limiter=self.limiter)
 
     async def _in_thread(
         self, fn: Callable[..., T], args: tuple[object, ...], *, autocommit: bool

@@ -61,7 +61,9 @@ class GroupCommit:
     async def flush(self, group: list[_Pending]) -> None:
         """Commit one group and answer its requests (the run_once a test drives)."""
         try:
-            inserted = await self.db.run(store.jobs_insert, [p.row for p in group], self.topic)
+            inserted = await self.db.run_begun(
+                store.jobs_insert_begun, [p.row for p in group], self.topic
+            )
             for pending, result in zip(group, inserted, strict=True):
                 pending.result = result
             self.groups += 1
@@ -81,7 +83,9 @@ class GroupCommit:
 
     async def _alone(self, pending: _Pending) -> None:
         try:
-            (pending.result,) = await self.db.run(store.jobs_insert, [pending.row], self.topic)
+            (pending.result,) = await self.db.run_begun(
+                store.jobs_insert_begun, [pending.row], self.topic
+            )
         except psycopg.Error as exc:
             pending.error = exc
 

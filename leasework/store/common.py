@@ -3,7 +3,11 @@ messages in SQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import psycopg
 
 from leasework.job import COLUMNS
 
@@ -22,6 +26,30 @@ JOB_COLUMNS = COLUMNS  # every column of jobs that leasework.job.Job holds, in i
 # values. ``LOCAL``: it ends with the transaction, so a user's fenced effects, run before it,
 # keep the default.
 GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+
+
+@contextmanager
+def one_round_trip(conn: psycopg.Connection, *, commit: bool = True) -> Iterator[None]:
+    """The block's statements sent together (a pipeline); read their results after it.
+
+    On an autocommit connection (:meth:`leasework.db.Database.transact`) the block is a
+    transaction of its own, ``BEGIN`` and ``COMMIT`` sent in the same pipeline: the whole
+    transaction costs one round trip. With ``commit=False`` the transaction stays open for
+    the caller to commit (:meth:`leasework.db.Database.run_begun`: ``BEGIN`` rides with the
+    first statements). psycopg's own transactions cost more: outside a pipeline a round trip
+    for ``BEGIN``, each statement and ``COMMIT``; inside one it still syncs after ``BEGIN``,
+    and a fetch inside the block asks for another round trip. A statement that fails aborts
+    the rest (``COMMIT`` included); the block raises its error. On a connection in a
+    transaction already (a caller's), the statements join it."""
+    with conn.pipeline():
+        if not conn.autocommit:
+            yield
+            return
+        conn.execute("BEGIN")
+        yield
+        if commit:
+            conn.execute("COMMIT")
+
 
 # the wake-up message of a queued job; leasework_jobs_insert builds the same in SQL
 READY_VALUE_SQL = (

@@ -12,7 +12,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from leasework.states import Status
-from leasework.store.common import Row
+from leasework.store.common import Row, one_round_trip
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,18 @@ def jobs_insert(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(JOBS_INSERT, (_as_jsonb(rows), topic))
         return _inserted(cur.fetchall(), len(rows))
+
+
+def jobs_insert_begun(
+    conn: psycopg.Connection, rows: list[dict[str, Any]] | EncodedRows, topic: str
+) -> list[Inserted]:
+    """:func:`jobs_insert` on an autocommit connection, ``BEGIN`` sent in the same round trip
+    (:func:`one_round_trip`), the transaction left open for :meth:`Database.run_begun` to
+    commit: the api's inserts, one round trip fewer than psycopg's own transaction."""
+    cur = conn.cursor(row_factory=dict_row)
+    with one_round_trip(conn, commit=False):
+        cur.execute(JOBS_INSERT, (_as_jsonb(rows), topic), prepare=True)
+    return _inserted(cur.fetchall(), len(rows))
 
 
 async def jobs_insert_async(

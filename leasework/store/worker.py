@@ -19,6 +19,7 @@ from leasework.store.common import (
     GENERIC_PLANS,
     JOB_COLUMNS,
     dead_letter_outbox_insert,
+    one_round_trip,
     ready_outbox_insert,
     release_held,
 )
@@ -138,13 +139,15 @@ def jobs_start_many(
     The jobs neither started nor held were not ``queued``, had a stale token or wait in a
     paused queue.
 
-    Three statements in one round trip (a pipeline): :data:`PAUSE_LOCK` shared (a pause
-    holds it exclusively while it commits, so no job starts once a pause has committed),
-    the batch's limits' locks (:data:`STAMP_LOCKS`), the stamp, which begins after both."""
+    Three statements in one round trip (:func:`one_round_trip`; with ``BEGIN`` and
+    ``COMMIT`` too on an autocommit connection, :meth:`leasework.db.Database.transact`):
+    :data:`PAUSE_LOCK` shared (a pause holds it exclusively while it commits, so no job
+    starts once a pause has committed), the batch's limits' locks (:data:`STAMP_LOCKS`), the
+    stamp, which begins after both."""
     if not claims:
         return Stamped([], [])
     ids = [c[0] for c in claims]
-    with conn.pipeline():
+    with one_round_trip(conn):
         conn.execute(GENERIC_PLANS)
         conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", PAUSE_LOCK, prepare=True)
         conn.execute(STAMP_LOCKS, {"lock": LIMIT_LOCK, "ids": ids}, prepare=True)
@@ -159,8 +162,7 @@ def jobs_start_many(
             },
             prepare=True,
         )
-        rows = cur.fetchall()
-    jobs = [Job.from_row(r) for r in rows]
+    jobs = [Job.from_row(r) for r in cur.fetchall()]
     return Stamped(
         [j for j in jobs if j.status == Status.RUNNING],
         [j for j in jobs if j.status == Status.SCHEDULED],

@@ -5,7 +5,8 @@ second message for a job already in the batch are settled at once (counted, thei
 marked finished), so the same job twice in one batch runs once. The rest is claimed by the
 :class:`Claimer` in three round trips whatever its size: the job rows in one query, the
 leases in one Redis script (a fence per job), the ``running`` stamps in one statement (each
-row still conditioned on ``queued`` and a fence above the stored one). Messages for jobs
+row still conditioned on ``queued`` and a fence above the stored one, its transaction one
+round trip), the lease and the stamp in one thread hop. Messages for jobs
 that are not ``queued`` are skipped (finished, cancelled, running elsewhere, not due: every
 move back to ``queued`` writes a new outbox row, so a skipped message never strands a job);
 jobs of a type this worker's app does not define are deferred (a rolling deploy). What
@@ -141,13 +142,13 @@ class Claimer:
         if not claimable:
             return outcome
         claimed_at = trio.current_time()  # before the claim is sent: a lower bound
-        claims = await self.leases.claim_many(claimable, self.name, self.ttl)
+        claims, stamped = await self.lease_and_stamp(claimable)
         won = {c.job_id: c for c in claims if c is not None}
         for job_id, claim in zip(claimable, claims, strict=True):
             if claim is None:
                 metrics.lease_conflicts.inc()
                 outcome.retry.append(job_id)  # another worker holds it; it expires by itself
-        await self.stamp(won, outcome, claimed_at)
+        await self.settle_stamp(won, stamped, outcome, claimed_at)
         return outcome
 
     async def claim_woken(self, job_ids: list[uuid.UUID]) -> ClaimResult:
@@ -158,19 +159,55 @@ class Claimer:
         errors propagate."""
         outcome = ClaimResult()
         claimed_at = trio.current_time()
-        claims = await self.leases.claim_many(job_ids, self.name, self.ttl)
+        claims, stamped = await self.lease_and_stamp(job_ids)
         won = {c.job_id: c for c in claims if c is not None}
-        await self.stamp(won, outcome, claimed_at)
+        await self.settle_stamp(won, stamped, outcome, claimed_at)
         return outcome
 
-    async def stamp(self, won: dict[uuid.UUID, Claim], outcome: ClaimResult, at: float) -> None:
-        """Stamp the jobs whose leases were won: started, held by a full concurrency limit
-        (their leases given back; the finish that frees a slot, or the relay's pass, releases
-        them), or refused."""
+    async def lease_and_stamp(
+        self, job_ids: list[uuid.UUID]
+    ) -> tuple[list[Claim | None], store.Stamped]:
+        """Win the jobs' leases in Redis (a claim per job, None where another worker holds
+        it), then stamp those won in Postgres (:func:`store.jobs_start_many`), in one thread
+        hop and one Postgres round trip (:meth:`Database.transact`): on a busy 2-core machine
+        each hop and each round trip is a wait of the lone job to be scheduled, and a lease is
+        worth nothing until its stamp. The pooled connection is taken before the lease (it
+        waits one Redis round trip).
+
+        If the stamp fails, the leases won are given back before the error propagates, so the
+        claim that tries again (the slow path, or the Kafka delivery of a woken job) need not
+        wait for them to expire. A stamp whose connection was lost may have committed all the
+        same: its jobs are then ``running`` with nobody running them, as after a worker that
+        died right after its stamp, and the reaper takes them back once their
+        ``lease_expires_at`` passes (that attempt is spent; nothing runs twice)."""
+        leased: list[Claim | None] = []
+
+        def lease_then_stamp(conn: psycopg.Connection) -> store.Stamped:
+            leased.extend(self.leases.store.claim_many(job_ids, self.name, self.ttl))
+            won = [(c.job_id, c.fence) for c in leased if c is not None]
+            return store.jobs_start_many(conn, won, worker=self.name, ttl=self.ttl)
+
+        try:
+            stamped = await self.db.transact(lease_then_stamp)
+        except BaseException:
+            won = [c for c in leased if c is not None]
+            if won:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await self.leases.release_many(won)
+                    except Exception:  # noqa: BLE001 - they expire by themselves
+                        log.warning("lease release after a failed stamp failed")
+            raise
+        return leased, stamped
+
+    async def settle_stamp(
+        self, won: dict[uuid.UUID, Claim], stamped: store.Stamped, outcome: ClaimResult, at: float
+    ) -> None:
+        """What the stamp of the jobs whose leases were won did to each: started, held by a
+        full concurrency limit (their leases given back; the finish that frees a slot, or the
+        relay's pass, releases them), or refused."""
         if not won:
             return
-        stamp = functools.partial(store.jobs_start_many, worker=self.name, ttl=self.ttl)
-        stamped = await self.db.run(stamp, [(c.job_id, c.fence) for c in won.values()])
         for job in stamped.started:
             outcome.started.append(Started(job, won[job.id], at))
         held = [won[job.id] for job in stamped.held]

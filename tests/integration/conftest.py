@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from psycopg import pq
 from psycopg.rows import dict_row
 
 from devstack import Stack
@@ -166,3 +168,16 @@ def delete_jobs(conn: psycopg.Connection, where: str, params: tuple = ()) -> Non
     with conn.transaction():
         conn.execute("SELECT set_config('leasework.deleting', 'deliberately', true)")
         conn.execute(f"DELETE FROM jobs WHERE {where}", params)
+
+
+def client_messages(conn: psycopg.Connection, act: Callable[[], object]) -> list[str]:
+    """The protocol messages the client sent while ``act()`` ran (libpq's trace)."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            act()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        return [line.split("\t")[2].strip() for line in trace if line.startswith("F\t")]

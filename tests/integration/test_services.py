@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 import trio
 from psycopg.pq import TransactionStatus
@@ -27,7 +28,7 @@ from leasework.states import Status
 from leasework.worker.claim import Claimer, Skip
 from leasework.worker.completer import Completer
 from leasework.worker.heartbeat import CancelReason, Heartbeat, RunningJob
-from tests.integration.conftest import delete_jobs, dlq_message
+from tests.integration.conftest import client_messages, delete_jobs, dlq_message
 
 TTL = 60.0
 
@@ -259,6 +260,97 @@ async def test_a_read_runs_outside_a_transaction_block_and_hands_the_connection_
     assert await db.read(status_after_a_select) == TransactionStatus.IDLE
     for _ in range(4):  # every connection of the pool, whichever the next caller gets
         assert await db.run(status_after_a_select) == TransactionStatus.INTRANS
+
+
+async def test_a_transacted_stamp_is_one_round_trip_and_hands_the_connection_back_as_it_was(
+    db,
+):
+    """Database.transact: the stamp's BEGIN, statements and COMMIT leave in one pipeline, so
+    the thread waits for one answer (Database.run's would be BEGIN's, a fetch's and COMMIT's:
+    the trace, taken inside the call, would end before the COMMIT); the job is committed
+    running, and the pooled connection goes back to transactions for the next caller."""
+    (job_id,) = await make_jobs(db)
+
+    def stamp(conn) -> list[str]:
+        return client_messages(
+            conn, lambda: store.jobs_start_many(conn, [(job_id, 10**15)], worker="w", ttl=TTL)
+        )
+
+    sent = await db.transact(stamp)
+    assert sent.count("Sync") == 1 and "Query" not in sent, sent
+    assert "Flush" not in sent[: sent.index("Sync")], sent
+    assert (await job(db, job_id)).status == Status.RUNNING
+
+    def status_after_a_select(conn):
+        conn.execute("SELECT 1").fetchone()
+        return conn.info.transaction_status
+
+    for _ in range(4):  # every connection of the pool, whichever the next caller gets
+        assert await db.run(status_after_a_select) == TransactionStatus.INTRANS
+
+
+async def test_a_transaction_that_fails_in_its_round_trip_is_rolled_back_and_not_retried(db):
+    (job_id,) = await make_jobs(db)
+    calls = []
+
+    def fail_midway(conn) -> None:
+        calls.append(conn.autocommit)
+        with store.common.one_round_trip(conn):
+            conn.execute("UPDATE jobs SET max_attempts = 9 WHERE id = %s", (job_id,))
+            conn.execute("SELECT 1 / 0")
+
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await db.transact(fail_midway)
+    assert calls == [True]
+    assert (await job(db, job_id)).max_attempts != 9
+    for _ in range(4):
+        assert await db.run(lambda conn: conn.autocommit) is False
+
+
+def later_job() -> dict:
+    """A row for leasework_jobs_insert: due in an hour (no outbox row, invisible to workers)."""
+    return {"id": str(uuid.uuid4()), "type": "ledger", "payload": {}, "delay_seconds": 3600}
+
+
+async def test_a_begun_insert_sends_begin_with_its_statement_and_commits_after(db):
+    """Database.run_begun (the api's inserts): BEGIN and the insert leave together, one wait
+    for an answer inside ``fn``; the COMMIT follows once ``fn`` has returned."""
+    row = later_job()
+    _made.append(uuid.UUID(row["id"]))
+
+    def insert(conn) -> list[str]:
+        sent = client_messages(conn, lambda: store.jobs_insert_begun(conn, [row], "t"))
+        assert conn.info.transaction_status == TransactionStatus.INTRANS  # not committed yet
+        return sent
+
+    sent = await db.run_begun(insert)
+    assert sent.count("Sync") == 1 and "Query" not in sent, sent
+    assert "Flush" not in sent[: sent.index("Sync")], sent
+    assert (await job(db, uuid.UUID(row["id"]))).status == Status.SCHEDULED  # committed
+
+
+async def test_a_begun_insert_whose_connection_died_before_its_commit_is_retried_once(db):
+    """Nothing is committed before run_begun's COMMIT, so a connection that died while ``fn``
+    ran is retried on another, as Database.run does: the job is inserted once."""
+    row = later_job()
+    _made.append(uuid.UUID(row["id"]))
+    backends = []
+
+    def insert(conn):
+        backends.append(conn.info.backend_pid)
+        if len(backends) == 1:
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return store.jobs_insert_begun(conn, [row], "t")
+
+    (inserted,) = await db.run_begun(insert)
+    assert len(backends) == 2 and backends[0] != backends[1]
+    assert str(inserted.id) == row["id"]
+    count = await db.read(
+        lambda conn: conn.execute(
+            "SELECT count(*) AS n FROM jobs WHERE id = %s", (row["id"],)
+        ).fetchone()["n"]
+    )
+    assert count == 1
 
 
 async def test_a_claim_holds_a_paused_queues_job_without_spending_an_attempt(db, claimer):

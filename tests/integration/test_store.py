@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 from psycopg.rows import dict_row
 
 import leasework
@@ -28,7 +29,7 @@ from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcomes
 from leasework.states import IllegalTransition, Status
 from leasework.store import console
 from leasework.store import relay as store_relay
-from tests.integration.conftest import DIRECT_DSN, delete_jobs
+from tests.integration.conftest import DIRECT_DSN, client_messages, delete_jobs
 from tools import console_timing
 
 
@@ -288,11 +289,14 @@ def test_autovacuum_can_analyze_every_table(conn):
         conn.execute(f'ANALYZE "{schema}"."{table}"')
 
 
-def test_a_stamp_that_waits_for_its_limits_lock_starts_when_the_wait_ends(stack):
+@pytest.mark.parametrize("autocommit", [False, True], ids=["in-a-transaction", "one-round-trip"])
+def test_a_stamp_that_waits_for_its_limits_lock_starts_when_the_wait_ends(stack, autocommit):
     """A job's start (its row's and its attempt's ``started_at``) is the stamp statement's, run
     once the limit's lock is granted, not its transaction's begin: the auditor compares
     attempts' spans, and a stamp that waited while a job of its limit finished must not seem
-    to have started before that finish (chaos scenario w found three over_limit so)."""
+    to have started before that finish (chaos scenario w found three over_limit so). So too
+    when BEGIN, the locks, the stamp and COMMIT are sent at once (the worker's
+    Database.transact)."""
     key = f"stamp-wait-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as db:
         job = make_job(db, type="keyed", payload=json.dumps({"key": key, "seconds": 0}))
@@ -310,7 +314,9 @@ def test_a_stamp_that_waits_for_its_limits_lock_starts_when_the_wait_ends(stack)
                 holder.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LIMIT_LOCK, lock))
 
                 def stamp() -> None:
-                    with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as stamper:
+                    with psycopg.connect(
+                        DIRECT_DSN, autocommit=autocommit, row_factory=dict_row
+                    ) as stamper:
                         stamped = store.jobs_start_many(
                             stamper, [(job.id, 10**15)], worker="test-stamp", ttl=60
                         )
@@ -359,6 +365,48 @@ def test_the_stamp_and_the_finish_are_planned_once_per_connection_not_per_execut
     assert plans_of(conn, store.worker.STAMP) == (3, 0)
     assert plans_of(conn, store.worker.STAMP_LOCKS) == (3, 0)
     assert plans_of(conn, store.worker.FINISH_MANY) == (3, 0)
+
+
+def test_a_stamp_on_an_autocommit_connection_is_one_round_trip_and_commits_itself(stack):
+    """Database.transact's stamp: BEGIN, the statements and COMMIT in one pipeline, one Sync
+    and nothing else the client waits for (psycopg's own transaction in a pipeline sent a
+    Sync after BEGIN, a Flush for the fetch, and COMMIT as a query of its own)."""
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as db:
+        job = make_job(db)
+        try:
+            stamped: list[store.Stamped] = []
+            sent = client_messages(
+                db,
+                lambda: stamped.append(
+                    store.jobs_start_many(db, [(job.id, 10**15)], worker="w", ttl=60)
+                ),
+            )
+            assert [j.id for j in stamped[0].started] == [job.id]
+            # one Sync, nothing before it that waits for an answer (psycopg sends a Flush
+            # after it as it leaves the pipeline: answered by then, it costs no wait)
+            assert sent.count("Sync") == 1 and "Query" not in sent, sent
+            assert "Flush" not in sent[: sent.index("Sync")], sent
+            assert plans_of(db, store.worker.STAMP) == (1, 0)  # SET LOCAL took: in BEGIN
+            assert db.info.transaction_status == pq.TransactionStatus.IDLE
+            with psycopg.connect(DIRECT_DSN, row_factory=dict_row) as other:
+                assert reread(other, job).status == Status.RUNNING  # committed
+        finally:
+            delete_jobs(db, "id = %s", (job.id,))
+
+
+def test_a_failed_statement_in_one_round_trip_commits_nothing(stack):
+    with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as db:
+        job = make_job(db)
+        try:
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                with store.common.one_round_trip(db):
+                    db.execute("UPDATE jobs SET max_attempts = 9 WHERE id = %s", (job.id,))
+                    db.execute("SELECT 1 / 0")
+            assert db.info.transaction_status == pq.TransactionStatus.INERROR
+            db.execute("ROLLBACK")
+            assert reread(db, job).max_attempts == 3
+        finally:
+            delete_jobs(db, "id = %s", (job.id,))
 
 
 def test_a_users_fenced_effects_keep_the_sessions_plan_cache_mode(conn):
