@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from enum import Enum
 from typing import ParamSpec, TypeVar
 
 import psycopg
@@ -51,6 +52,15 @@ log = logging.getLogger("leasework.db")
 
 class _DeadConnection(Exception):
     """``fn`` met a dead connection before its transaction could commit."""
+
+
+class _Mode(Enum):
+    """How :meth:`Database._once` runs ``fn``."""
+
+    TRANSACTION = "psycopg's transaction, committed after fn (run)"
+    READ = "autocommit, one statement that writes nothing (read)"
+    BEGUN = "autocommit, fn sends BEGIN, COMMIT after fn (run_begun)"
+    TRANSACT = "autocommit, fn sends its whole transaction; never retried (transact)"
 
 
 IDLE_CHECK_SECONDS = 1.0  # a pooled connection idle longer than this is checked before use
@@ -132,7 +142,7 @@ class Database:
         pool, whose connections the idle check let through) cannot have committed anything:
         the pool's connections are checked and ``fn`` runs once more on a working one. A
         failure of the COMMIT itself is never retried (its outcome is unknown)."""
-        return await self._in_thread(fn, args, autocommit=False)
+        return await self._in_thread(fn, args, _Mode.TRANSACTION)
 
     async def read(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(conn, *args)``, a read of one statement, outside a transaction block
@@ -141,7 +151,7 @@ class Database:
         read of one statement sees what it would have seen inside a transaction; ``fn`` must
         not write (nothing would hold its writes together). Retried once on a dead
         connection, as :meth:`run` is."""
-        return await self._in_thread(fn, args, autocommit=True)
+        return await self._in_thread(fn, args, _Mode.READ)
 
     async def run_begun(self, fn: Callable[..., T], *args: object) -> T:
         """:meth:`run` for an ``fn`` that sends ``BEGIN`` itself, in one round trip with its
@@ -151,34 +161,7 @@ class Database:
         :meth:`run`: nothing is committed before that ``COMMIT``, so a connection found dead
         while ``fn`` runs is retried once on a working one, and a failure of the ``COMMIT``
         itself is never retried (its outcome is unknown)."""
-
-        def once() -> T:
-            with self.pool.connection() as conn:
-                conn.autocommit = True  # a client-side switch: no round trip
-                try:
-                    try:
-                        result = fn(conn, *args)
-                    except psycopg.OperationalError as exc:
-                        if conn.broken:
-                            raise _DeadConnection from exc
-                        raise
-                    conn.execute("COMMIT")
-                    return result
-                finally:
-                    _close_transaction(conn)
-
-        def call() -> T:
-            try:
-                return once()
-            except _DeadConnection:
-                log.warning("a pooled connection was dead; checking the pool, trying once more")
-                self.pool.check()
-                try:
-                    return once()
-                except _DeadConnection as again:
-                    raise again.__cause__ from None  # type: ignore[misc]
-
-        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+        return await self._in_thread(fn, args, _Mode.BEGUN)
 
     async def transact(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(conn, *args)`` on a pooled connection in autocommit, in a thread, where
@@ -191,48 +174,41 @@ class Database:
         connection lost meanwhile leaves the outcome unknown, and the error propagates for the
         caller to settle (a connection that sat idle is still checked before it is handed out).
         A transaction left open by a failed statement is rolled back."""
+        return await self._in_thread(fn, args, _Mode.TRANSACT)
 
-        def call() -> T:
-            with self.pool.connection() as conn:
-                conn.autocommit = True  # a client-side switch: no round trip
-                try:
-                    return fn(conn, *args)
-                finally:
-                    _close_transaction(conn)
-
-        return await trio.to_thread.run_sync(call, limiter=self.limiter)
-
-    async def _in_thread(
-        self, fn: Callable[..., T], args: tuple[object, ...], *, autocommit: bool
-    ) -> T:
+    async def _in_thread(self, fn: Callable[..., T], args: tuple[object, ...], mode: _Mode) -> T:
         def call() -> T:
             try:
-                return self._once(fn, args, autocommit)
+                return self._once(fn, args, mode)
             except _DeadConnection:
                 log.warning("a pooled connection was dead; checking the pool, trying once more")
                 self.pool.check()
                 try:
-                    return self._once(fn, args, autocommit)
+                    return self._once(fn, args, mode)
                 except _DeadConnection as again:
                     raise again.__cause__ from None  # type: ignore[misc]
 
         return await trio.to_thread.run_sync(call, limiter=self.limiter)
 
-    def _once(self, fn: Callable[..., T], args: tuple[object, ...], autocommit: bool) -> T:
+    def _once(self, fn: Callable[..., T], args: tuple[object, ...], mode: _Mode) -> T:
+        """``fn`` on a pooled connection as ``mode`` says; raises :class:`_DeadConnection`
+        (the caller retries once) only where nothing can have been committed yet."""
         with self.pool.connection() as conn:
-            try:
-                if not autocommit:
-                    return fn(conn, *args)
+            if mode is not _Mode.TRANSACTION:
                 conn.autocommit = True  # a client-side switch: no round trip
+            try:
                 try:
-                    return fn(conn, *args)
-                finally:
-                    if not conn.broken:
-                        conn.autocommit = False
-            except psycopg.OperationalError as exc:
-                if conn.broken:
-                    raise _DeadConnection from exc
-                raise
+                    result = fn(conn, *args)
+                except psycopg.OperationalError as exc:
+                    if conn.broken and mode is not _Mode.TRANSACT:
+                        raise _DeadConnection from exc
+                    raise
+                if mode is _Mode.BEGUN:
+                    conn.execute("COMMIT")  # outside the retry: its outcome may be unknown
+                return result
+            finally:
+                if mode is not _Mode.TRANSACTION:
+                    _close_transaction(conn)
 
     def connect(self, **overrides: object) -> psycopg.Connection:
         """A dedicated connection outside the pool (LISTEN, probes); blocking: call in a thread."""
