@@ -24,7 +24,7 @@ import psycopg
 import trio
 from confluent_kafka import KafkaException
 
-from leasework import metrics, store
+from leasework import metrics, store, wakegate
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.kafka import BlockingPublisher
@@ -37,6 +37,10 @@ log = logging.getLogger("leasework.relay.outbox")
 
 NOTIFY_CHANNEL = "leasework_outbox"
 HEALTH_CONDITION = "outbox-relay"  # the relay's /readyz names this while Kafka does not ack
+# seconds between a relay's tries to arm its gate while an open transaction that skipped its
+# NOTIFY holds a stripe: how late, at most, that transaction's rows are published after it
+# commits (a NOTIFY from any other stripe wakes the relay at once)
+POLL = 0.05
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ class OutboxRelay:
         self.health_conditions = health_conditions
         self.pacer = Pacer(config.gather)
         self.rng = random.Random()
+        self.listener = Listener(db, NOTIFY_CHANNEL, gate=wakegate.RELAY_GATE)
+        self.published = False  # the last pass sent a produce request
 
     def _pass(self, conn: psycopg.Connection) -> Published:
         rows = store.outbox_fetch(conn, self.config.batch)
@@ -126,9 +132,13 @@ class OutboxRelay:
         """Publish one batch; the health condition says so while Kafka does not acknowledge."""
         began = trio.current_time()
         done = await self.db.run(self._pass)
-        if done.acknowledged or done.unacknowledged:  # a produce request went out
+        self.published = bool(done.acknowledged or done.unacknowledged)
+        if self.published:  # a produce request went out
             self.pacer.started(began)
             metrics.relay_batch_size.observe(done.acknowledged + done.unacknowledged)
+            # busy: the next pass comes anyway, so inserters need not NOTIFY (after the
+            # publish: a lone job's rows are on their way before this costs a round trip)
+            await self.listener.disarm()
         metrics.relay_published.inc(done.acknowledged)
         metrics.relay_publish_failures.inc(done.unacknowledged)
         metrics.relay_last_tick.set(time.time())
@@ -138,18 +148,38 @@ class OutboxRelay:
             self.health_conditions.pop(HEALTH_CONDITION, None)
         return done
 
-    async def run(self) -> None:
-        listener = Listener(self.db, NOTIFY_CHANNEL)
-
-        async def until_rows_arrive() -> None:
-            if await listener.wait(self.config.tick):
+    async def until_rows_arrive(self) -> None:
+        """After a pass that did not fill its batch: return when the next pass is due. That
+        is after the pacer's gather when the pass published (the gate disarmed); after one
+        that found nothing, once the gate was armed just now (to look once more), at a
+        NOTIFY, or at the tick."""
+        if self.published:  # more is likely on its way: it gathers, and nobody NOTIFYs
+            await trio.sleep(self.pacer.delay(trio.current_time()))
+            return
+        listener = self.listener
+        deadline = trio.current_time() + self.config.tick
+        while True:
+            if not listener.armed and await listener.arm():
+                return  # rows of transactions that committed before it armed are visible now
+            left = deadline - trio.current_time()
+            if left <= 0:
+                return  # the tick: a pass anyway
+            if await listener.wait(left if listener.armed else min(POLL, left)):
                 await trio.sleep(self.pacer.delay(trio.current_time()))
+                return
 
-        await run_passes(
-            "outbox",
-            self.run_once,
-            interval=self.config.tick,
-            backoff=self.config.backoff,
-            idle=until_rows_arrive,
-            expected=(psycopg.Error, KafkaException),
-        )
+    async def run(self) -> None:
+        try:
+            await run_passes(
+                "outbox",
+                self.run_once,
+                interval=self.config.tick,
+                backoff=self.config.backoff,
+                idle=self.until_rows_arrive,
+                expected=(psycopg.Error, KafkaException),
+            )
+        finally:
+            if self.listener.conn is not None:  # its locks go with it
+                with trio.CancelScope(shield=True):
+                    limiter = self.listener.limiter
+                    await trio.to_thread.run_sync(self.listener.close, limiter=limiter)

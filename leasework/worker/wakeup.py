@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import trio
 
-from leasework import metrics
+from leasework import metrics, wakegate
 from leasework.db import Database
 from leasework.listen import Listener
 from leasework.service import Stopping
@@ -131,8 +131,10 @@ async def listen(
     load a NOTIFY per committed job would cost every worker's connection a wake-up for
     nothing (measured: the bench's ``enqueue-one`` row). Likewise for :data:`DEAF_FOR` s
     after hearing a stream (:class:`StreamGauge`): at a steady hundred small commits a
-    second every queue may look quiet between jobs while nearly every wake-up is ignored."""
-    listener = Listener(db, CHANNEL)
+    second every queue may look quiet between jobs while nearly every wake-up is ignored.
+    Listening, it holds the worker gate (:mod:`leasework.wakegate`), so that inserters send
+    their wake-ups; unlistening lets go of it, and they send none."""
+    listener = Listener(db, CHANNEL, gate=wakegate.WORKER_GATE)
     busy_since: float | None = None
     gauge = StreamGauge()
     deaf_until = -math.inf
@@ -151,6 +153,11 @@ async def listen(
                     continue
             else:
                 busy_since = None
+            if not listener.armed:
+                # inserters send the wake-up only while a worker holds the gate; a stripe an
+                # open transaction holds is tried again at the next wait (a wake-up missed
+                # costs latency: Kafka delivers the job)
+                await listener.arm()
             payloads = await listener.wait(WAIT)
             woken = addressed(payloads, queue_of_topic, types)
             for queue, job_id in woken:

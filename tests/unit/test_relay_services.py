@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import trio
 
-from leasework import metrics, store
+from leasework import metrics, store, wakegate
 from leasework.config import load
 from leasework.job import Job
 from leasework.kafka import PublishResult
@@ -345,7 +345,7 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
             passes.append((trio.current_time(), len(rows.rows)))
             if len(passes) == 2:
                 kafka.refusing = set()
-            if len(passes) == 6:
+            if len(passes) == 7:
                 stop.cancel()
             return await super().run(fn, *args)
 
@@ -360,6 +360,7 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
         return [""]
 
     monkeypatch.setattr(outbox.Listener, "wait", notified)
+    gate = Gate(monkeypatch)
     config = OutboxConfig(batch=2, tick=0.5)
     with trio.fail_after(60), stop:
         await OutboxRelay(Watched(), kafka, config, {}).run()  # type: ignore[arg-type]
@@ -368,10 +369,74 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
         (0.0, 5),  # k1 refused, k2 published: back off
         (0.2, 4),  # k1, k3 published: a full batch
         (0.2, 2),  # at once: k4, k5, a full batch
-        (0.2, 0),  # at once: nothing left, so the relay waits for a NOTIFY
+        (0.2, 0),  # at once: nothing left, so the relay arms its gate
+        (0.2, 0),  # and looks once more before it waits for a NOTIFY
         (0.225, 0),  # one at 0.21: rows gather for the rest of the window after the last produce
         (0.325, 0),  # one at 0.325, a window after the last produce: published at once
     ]
+    # armed once, when a pass first found nothing; disarmed by none (the passes that
+    # published came before it armed, and it stays armed while passes find nothing)
+    assert [(round(t - start, 6), what) for t, what in gate.log] == [(0.2, "arm")]
+
+
+class Gate:
+    """The relay gate's arm and disarm, logged; ``refusals`` arms fail first (a stripe an open
+    transaction holds)."""
+
+    def __init__(self, monkeypatch, refusals: int = 0) -> None:
+        self.log: list[tuple[float, str]] = []
+        self.refusals = refusals
+        gate = self
+
+        async def arm(listener) -> bool:
+            gate.log.append((trio.current_time(), "arm"))
+            stripes = set(wakegate.all_stripes())
+            if gate.refusals:
+                gate.refusals -= 1
+                stripes.discard(0)
+            listener.held = stripes
+            return listener.armed
+
+        async def disarm(listener) -> None:
+            if listener.held:
+                gate.log.append((trio.current_time(), "disarm"))
+            listener.held = set()
+
+        monkeypatch.setattr(outbox.Listener, "arm", arm)
+        monkeypatch.setattr(outbox.Listener, "disarm", disarm)
+
+
+async def test_a_relay_that_cannot_arm_tries_again_every_poll_and_looks_once_it_has(
+    monkeypatch, autojump_clock
+):
+    """A transaction that sent no NOTIFY holds a stripe: the relay listens (other stripes'
+    NOTIFYs still wake it), tries again every POLL, and passes once it holds every stripe, so
+    that transaction's rows, visible now, go out; then it waits for a NOTIFY or its tick."""
+    rows = Outbox(monkeypatch, [])
+    passes: list[float] = []
+    waits: list[float] = []
+    stop = trio.CancelScope()
+
+    class Watched(Db):
+        async def run(self, fn, *args):
+            passes.append(trio.current_time())
+            if len(passes) == 3:
+                stop.cancel()
+            return await super().run(fn, *args)
+
+    async def silent(self, at_most: float) -> list[str]:
+        waits.append(at_most)
+        await trio.sleep(at_most)
+        return []
+
+    monkeypatch.setattr(outbox.Listener, "wait", silent)
+    gate = Gate(monkeypatch, refusals=3)
+    with trio.fail_after(60), stop:
+        await OutboxRelay(Watched(), Kafka(), OutboxConfig(tick=0.5), {}).run()  # type: ignore[arg-type]
+    start = passes[0]
+    assert [round(t - start, 6) for t in passes] == [0.0, 0.15, 0.65]
+    assert [round(w, 6) for w in waits[:4]] == [outbox.POLL] * 3 + [0.5]
+    assert [what for _, what in gate.log] == ["arm"] * 4 and rows.rows == []
 
 
 async def test_a_promoter_pass_is_a_full_batch_or_the_relay_waits(monkeypatch):

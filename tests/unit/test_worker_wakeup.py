@@ -51,13 +51,19 @@ def test_a_worker_acts_on_its_queues_topics_and_its_apps_types_each_job_once():
 
 
 class Logged:
-    """A stand-in listener that logs when it waits and when it stops listening."""
+    """A stand-in listener that logs when it arms its gate, waits and stops listening."""
 
     limiter = trio.CapacityLimiter(1)
     log: list[tuple[float, str]]
 
-    def __init__(self, db: object, channel: str) -> None:
+    def __init__(self, db: object, channel: str, gate: int | None = None) -> None:
         self.listening = False
+        self.armed = False
+
+    async def arm(self) -> bool:
+        self.armed = True
+        self.log.append((trio.current_time(), "arm"))
+        return True
 
     async def wait(self, at_most: float) -> list[str]:
         self.listening = True
@@ -66,6 +72,7 @@ class Logged:
 
     async def unlisten(self) -> None:
         self.listening = False
+        self.armed = False  # the real one lets go of the gate
         self.log.append((trio.current_time(), "unlisten"))
 
     def close(self) -> None:
@@ -110,6 +117,11 @@ async def test_a_worker_busy_for_a_second_stops_listening_and_listens_again_once
     waits = [t for t, what in events if what == "wait"]
     assert not [t for t in waits if unlistened[0] < t < 4.0]  # not listening while busy
     assert [t for t in waits if 4.0 <= t <= 4.1]  # listening again within a look of quiet
+    # it holds the gate while it listens (inserters send their wake-ups), and arms again
+    # once it listens again
+    arms = [t for t, what in events if what == "arm"]
+    assert arms[0] == 0.0 and [t for t in arms if 4.0 <= t <= 4.1]
+    assert not [t for t in arms if unlistened[0] < t < 4.0]
 
 
 def test_twenty_wakeups_within_a_second_are_a_stream():
