@@ -291,8 +291,8 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
                 "",
                 f"`pgbench -c {pg['clients']} -j {pg['threads']} -T {pg['seconds']} -M "
                 f"{pg['protocol']}` on the direct port, one `leasework_jobs_insert` of a due "
-                f"noop job per transaction (a jobs row, an outbox row, the NOTIFY), relay "
-                f"stopped: **{fmt(pg['tps'])} tps**, "
+                f"noop job per transaction (a jobs row, an outbox row, and the wake-up NOTIFY "
+                f"while an idle worker holds its gate), relay stopped: **{fmt(pg['tps'])} tps**, "
                 f"latency average {fmt(pg.get('latency_ms'), 2)} ms.",
                 "",
             ]
