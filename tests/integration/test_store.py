@@ -657,3 +657,14 @@ def test_the_ready_topic_is_inlined_into_the_statement_that_names_it(conn, prior
         "SELECT leasework_ready_topic('jobs.ready', 'emails', %s::smallint) AS t", (priority,)
     ).fetchall()
     assert row["t"] == ("jobs.ready.emails" if priority == 0 else "jobs.ready.emails.p2")
+
+
+def test_outbox_rows_are_found_by_their_job_through_an_index(conn):
+    """Migration 0022: a deleted job's cascade and the auditor's stuck check look outbox rows
+    up by job_id; without an index each scanned the whole outbox once per job."""
+    conn.execute("SET LOCAL enable_seqscan = off")
+    plan = conn.execute(
+        "EXPLAIN (COSTS OFF) SELECT 1 FROM outbox WHERE job_id = gen_random_uuid()"
+    ).fetchall()
+    text = "\n".join(row["QUERY PLAN"] for row in plan)
+    assert "outbox_job_idx" in text, text
