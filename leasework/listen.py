@@ -126,3 +126,12 @@ class Listener:
 
     def close(self) -> None:
         self._drop()
+
+    async def aclose(self) -> None:
+        """Close the listening connection, its gate's locks with it, even while the caller is
+        being cancelled (shielded: a cancelled relay or worker still lets its stripes go at
+        once instead of leaving them to the backend's end). No call when it is closed."""
+        if self.conn is None:
+            return
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.close, limiter=self.limiter)

@@ -179,7 +179,4 @@ class OutboxRelay:
                 expected=(psycopg.Error, KafkaException),
             )
         finally:
-            if self.listener.conn is not None:  # its locks go with it
-                with trio.CancelScope(shield=True):
-                    limiter = self.listener.limiter
-                    await trio.to_thread.run_sync(self.listener.close, limiter=limiter)
+            await self.listener.aclose()

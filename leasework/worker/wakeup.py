@@ -167,5 +167,4 @@ async def listen(
                 await listener.unlisten()
                 deaf_until = trio.current_time() + DEAF_FOR
     finally:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(listener.close, limiter=listener.limiter)
+        await listener.aclose()

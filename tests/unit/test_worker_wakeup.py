@@ -75,7 +75,7 @@ class Logged:
         self.armed = False  # the real one lets go of the gate
         self.log.append((trio.current_time(), "unlisten"))
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         pass
 
 
