@@ -312,6 +312,24 @@ def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
     assert "- one invocation" in md
 
 
+def test_markdown_splits_the_paced_delay_only_when_it_was_asked_for():
+    stages = {
+        "insert_to_start": {"p50_ms": 20.0, "p90_ms": 40.0, "p99_ms": 80.0, "max_ms": 95.0},
+        "insert_to_publish": {"p50_ms": 12.0, "p90_ms": 25.0, "p99_ms": 31.5, "max_ms": 40.0},
+        "publish_to_start": {"p50_ms": 8.0, "p90_ms": 15.0, "p99_ms": 60.0, "max_ms": 70.0},
+        "started_before_publish": 3,
+    }
+    staged = _row("single", 126.0)
+    staged["paced"]["stages"] = stages
+    md = report.render_markdown(_result([_row("floor", 1800.0), staged]))
+    assert "## Where the paced delay goes" in md
+    assert "| single | insert to publish (relay) | 12.0 | 25.0 | 31.5 | 40.0 |" in md
+    assert "| single | publish to start (Kafka, claim) | 8.0 | 15.0 | 60.0 | 70.0 |" in md
+    assert "| floor |" not in md.split("## Where the paced delay goes")[1].split("##")[0]
+    plain = report.render_markdown(_result([_row("floor", 1800.0), _row("single", 126.0)]))
+    assert "Where the paced delay goes" not in plain
+
+
 def test_markdown_shows_an_audit_pass_at_each_size():
     result = _result([_row("floor", 1800.0)])
     sizes = [(100_000, [150.0, 160.0, 170.0], 1.0), (1_000_000, [150.0, 168.0, 190.0], 1.05)]

@@ -48,6 +48,7 @@ environment and deletes its own jobs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -77,7 +78,7 @@ from tools.bench import proc as procfs
 from tools.bench.audit import audit_row
 from tools.bench.limits import limits_row
 from tools.bench.queues import isolation_row, priorities_row
-from tools.bench.tap import ReadyTap
+from tools.bench.tap import Published, ReadyTap
 
 API_URL = "http://127.0.0.1:8080"
 APPS = ("api", "relay", "worker-1", "worker-2")
@@ -135,6 +136,7 @@ class Config:
     floor_workers: int = 2
     paced_fraction: float = 0.5
     paced_seconds: float = 15.0
+    paced_stages: bool = False
     row_timeout: float = 600.0
     settle: float = 2.0
     idle_seconds: float = 5.0
@@ -328,17 +330,24 @@ class Bench:
         log(f"{row}: paced, {n} jobs at {rate:.0f} jobs/s")
         t0 = time.time() + 0.2
         ptag = f"{tag}-paced"
-        psub = doors.submit(
-            door,
-            url=API_URL,
-            dsn=POSTGRES_DIRECT_DSN,
-            tag=ptag,
-            jobs=n,
-            due=lambda k: t0 + k * interval,
-        )
-        self.wait_done(ptag, n, psub.first)
+        with contextlib.ExitStack() as taps:
+            tap = taps.enter_context(ReadyTap()) if self.cfg.paced_stages else None
+            psub = doors.submit(
+                door,
+                url=API_URL,
+                dsn=POSTGRES_DIRECT_DSN,
+                tag=ptag,
+                jobs=n,
+                due=lambda k: t0 + k * interval,
+            )
+            self.wait_done(ptag, n, psub.first)
+            published = self.published(tap, ptag, psub.first) if tap is not None else None
         pfinished, delays = doors.timings(self.db, ptag, psub.first)
         result["paced"] = _paced(rate, n, interval, psub, pfinished, delays)
+        if published is not None:
+            result["paced"]["stages"] = _stages(
+                doors.lone_timings(self.db, ptag, psub.first, published)
+            )
         self.drop_jobs()
         self.quiet()
         return result
@@ -350,26 +359,27 @@ class Bench:
         log(f"lone: {jobs} jobs one at a time, {self.cfg.lone_gap:g} s apart, direct links")
         with ReadyTap() as tap:
             sub = doors.lone(API_URL, POSTGRES_DIRECT_DSN, tag, jobs, self.cfg.lone_gap)
-            try:
-                published = tap.read(doors.tagged_ids(self.db, tag, sub.first), timeout=20)
-            except TimeoutError as exc:
-                log(f"lone: publish times unknown ({exc})")
-                published = {}
+            published = self.published(tap, tag, sub.first)
         times = doors.lone_timings(self.db, tag, sub.first, published)
         result = {
             "name": "lone",
             "door": f"POST /jobs, one at a time, {self.cfg.lone_gap:g} s idle between",
             "links": "direct",
             "jobs": jobs,
-            "insert_to_start": report.delay_summary(times.insert_to_start),
             "insert_to_finish": report.delay_summary(times.insert_to_finish),
-            "insert_to_publish": report.delay_summary(times.insert_to_publish),
-            "publish_to_start": report.delay_summary(times.publish_to_start),
-            "started_before_publish": times.woken,
+            **_stages(times),
         }
         self.drop_jobs()
         self.quiet()
         return result
+
+    def published(self, tap: ReadyTap, tag: str, since: float) -> dict[str, Published]:
+        """When each of ``tag``'s jobs was published, as far as ``tap`` saw it."""
+        try:
+            return tap.read(doors.tagged_ids(self.db, tag, since), timeout=20)
+        except TimeoutError as exc:
+            log(f"{tag}: publish times unknown ({exc})")
+            return {}
 
     def floor_row(self) -> dict[str, Any]:
         cfg, dsn = self.cfg, POSTGRES_DIRECT_DSN
@@ -482,6 +492,16 @@ def _paced(rate, n, interval, sub, finished, delays) -> dict[str, Any]:
         "e2e_s": span,
         "late_sends": sub.late,
         "delay": report.delay_summary(delays),
+    }
+
+
+def _stages(times: doors.LoneTimes) -> dict[str, Any]:
+    """Insert to start, and the two stages it splits into where the publish is known."""
+    return {
+        "insert_to_start": report.delay_summary(times.insert_to_start),
+        "insert_to_publish": report.delay_summary(times.insert_to_publish),
+        "publish_to_start": report.delay_summary(times.publish_to_start),
+        "started_before_publish": times.woken,
     }
 
 
@@ -644,6 +664,13 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--floor-workers", type=int, default=2, help="floor worker processes")
     p.add_argument("--paced-fraction", type=float, default=0.5, help="of the row's e2e rate")
     p.add_argument("--paced-seconds", type=float, default=15.0, help="of paced submits per row")
+    p.add_argument(
+        "--paced-stages",
+        action="store_true",
+        help="read every paced job's jobs.ready message too, and split its delay into insert "
+        "to publish and publish to start (a Kafka consumer in the bench while it runs: off in "
+        "the figures we steer by)",
+    )
     p.add_argument("--row-timeout", type=float, default=600.0, help="seconds per phase")
     p.add_argument("--idle-seconds", type=float, default=5.0, help="0: no idle baseline")
     p.add_argument("--pgbench-seconds", type=int, default=12, help="0: no pgbench")

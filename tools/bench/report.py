@@ -238,6 +238,37 @@ def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
+def paced_stages_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where each row's paced delay goes (``--paced-stages``), when it was asked for."""
+    staged = [(r["name"], (r.get("paced") or {}).get("stages")) for r in rows]
+    staged = [(name, s) for name, s in staged if s]
+    if not staged:
+        return []
+    body = []
+    for name, s in staged:
+        for label, key in (
+            ("insert to start", "insert_to_start"),
+            ("insert to publish (relay)", "insert_to_publish"),
+            ("publish to start (Kafka, claim)", "publish_to_start"),
+        ):
+            d = s.get(key) or {}
+            body.append(
+                [name, label, *(fmt(d.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))]
+            )
+    return [
+        "## Where the paced delay goes",
+        "",
+        "`--paced-stages`: every paced job's `jobs.ready` message read by a consumer in the "
+        "bench while the row ran (its own cost is in the figures above), its timestamp (set by "
+        "the relay's producer, millisecond resolution) splitting `created_at` to `started_at` in "
+        "two. Jobs a worker claimed on their Postgres wake-up before the publish count only in "
+        "the first line.",
+        "",
+        *table(["row", "stage", "p50 ms", "p90 ms", "p99 ms", "max ms"], body),
+        "",
+    ]
+
+
 def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg") -> str:
     rows = result["rows"]
     floor = result.get("floor_e2e_per_s")
@@ -262,6 +293,7 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         *([""] if result.get("errors") else []),
         *main_table(rows),
         "",
+        *paced_stages_section(rows),
         *lone_section(result.get("lone")),
         "## CPU milliseconds per job, per process",
         "",
