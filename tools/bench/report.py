@@ -259,10 +259,10 @@ def paced_stages_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "## Where the paced delay goes",
         "",
         "`--paced-stages`: every paced job's `jobs.ready` message read by a consumer in the "
-        "bench while the row ran (its own cost is in the figures above), its timestamp (set by "
-        "the relay's producer, millisecond resolution) splitting `created_at` to `started_at` in "
-        "two. Jobs a worker claimed on their Postgres wake-up before the publish count only in "
-        "the first line.",
+        "bench during the paced phase (its cost is in these delays, not in the CPU figures, "
+        "which cover the throughput window), its timestamp (set by the relay's producer, "
+        "millisecond resolution) splitting `created_at` to `started_at` in two. Jobs a worker "
+        "claimed on their Postgres wake-up before the publish count only in the first line.",
         "",
         *table(["row", "stage", "p50 ms", "p90 ms", "p99 ms", "max ms"], body),
         "",
