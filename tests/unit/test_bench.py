@@ -476,8 +476,20 @@ def test_isolation_shows_each_flood_being_published_and_published_and_judges_the
     assert "| `emails` flooded with 5 s jobs, published | 6.0 ms | 90.0 ms |" in text
     assert "| `emails` flooded with 1 s jobs | 5.0 ms | 60.0 ms |" in text
     assert "160.0 ms: met." in text
+    assert "baseline stalled" not in text
     result["isolation"]["floods"][0]["p99_ms"] = 170.0
     assert "160.0 ms: **not met**." in "\n".join(report.queues_lines(result))
+    # one job of the baseline stalled (1 s against a 6 ms p50): the goal it sets is said to be
+    result["isolation"]["unflooded"] = {"p50_ms": 6.0, "p99_ms": 1085.4, "max_ms": 1085.4}
+    stalled = "\n".join(report.queues_lines(result))
+    assert "**The unflooded baseline stalled:** its slowest job waited 1085.4 ms" in stalled
+
+
+def test_a_baseline_stalls_when_its_slowest_job_is_far_beyond_its_spread():
+    assert not report.baseline_stalled({"p50_ms": 5.0, "max_ms": 61.0})
+    assert not report.baseline_stalled({"p50_ms": 20.0, "max_ms": 150.0})
+    assert report.baseline_stalled({"p50_ms": 6.2, "max_ms": 189.7})
+    assert report.baseline_stalled({"p50_ms": 5.6, "max_ms": 1546.5})
 
 
 def test_priorities_show_the_backlog_being_published_and_published_and_judge_the_latter():

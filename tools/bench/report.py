@@ -678,5 +678,22 @@ def queues_lines(result: dict[str, Any]) -> list[str]:
             f"Goal: with slow jobs ({slow['job_seconds']:g} s), flooded (published) p99 under "
             f"the unflooded p99 plus 100 ms, {iso['goal_p99_ms']} ms: {verdict}.",
             "",
+            *(
+                [
+                    f"**The unflooded baseline stalled:** its slowest job waited {a['max_ms']} "
+                    f"ms against a p50 of {a['p50_ms']} ms, so the goal above is set by that "
+                    "stall, not by the queue at rest. Read the flooded p99 against a run whose "
+                    "baseline did not stall.",
+                    "",
+                ]
+                if baseline_stalled(a)
+                else []
+            ),
         ]
     return lines
+
+
+def baseline_stalled(delays: Mapping[str, float]) -> bool:
+    """Whether a baseline's slowest job is a stall rather than its spread: over 100 ms and
+    over ten times its p50 (a queue at rest starts its jobs in a few ms)."""
+    return delays["max_ms"] > max(100.0, 10 * delays["p50_ms"])
