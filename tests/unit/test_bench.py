@@ -520,3 +520,23 @@ def test_priorities_show_the_backlog_being_published_and_published_and_judge_the
     prio["p99_ms"] = 1200.0
     text = "\n".join(report.queues_lines({"priorities": prio}))
     assert "being published" not in text and "under 1000 ms: **not met** |" in text
+
+
+def test_the_lone_section_gives_each_figure_and_stage_in_one_table():
+    d = {"p50_ms": 6.5, "p90_ms": 9.0, "p99_ms": 13.8, "max_ms": 13.8}
+    lone = {
+        "jobs": 40,
+        "door": "POST /jobs, one at a time",
+        "insert_to_start": d,
+        "insert_to_finish": {**d, "p50_ms": 11.5},
+        "insert_to_publish": {**d, "p50_ms": 5.6},
+        "publish_to_start": {},
+        "started_before_publish": 12,
+    }
+    text = "\n".join(report.lone_section(lone))
+    assert "|  | p50 ms | p90 ms | p99 ms | max ms |" in text
+    assert "| insert to start | 6.5 | 9.0 | 13.8 | 13.8 |" in text
+    assert "| insert to finish | 11.5 | 9.0 | 13.8 | 13.8 |" in text
+    assert "| insert to publish (relay) | 5.6 |" in text
+    assert "publish to start" not in text  # no stage row without its figures
+    assert "12 of them started before their message was published" in text

@@ -330,8 +330,7 @@ class Bench:
         log(f"{row}: paced, {n} jobs at {rate:.0f} jobs/s")
         t0 = time.time() + 0.2
         ptag = f"{tag}-paced"
-        with contextlib.ExitStack() as taps:
-            tap = taps.enter_context(ReadyTap()) if self.cfg.paced_stages else None
+        with ReadyTap() if self.cfg.paced_stages else contextlib.nullcontext() as tap:
             psub = doors.submit(
                 door,
                 url=API_URL,

@@ -200,6 +200,15 @@ def rss_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return table(headers, body)
 
 
+DELAY_HEADERS = ["p50 ms", "p90 ms", "p99 ms", "max ms"]
+
+
+def delay_cells(summary: Mapping[str, Any] | None) -> list[str]:
+    """A :func:`delay_summary`'s p50, p90, p99 and max, as table cells."""
+    d = summary or {}
+    return [fmt(d.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")]
+
+
 def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
     if not lone:
         return []
@@ -224,9 +233,9 @@ def lone_section(lone: Mapping[str, Any] | None) -> list[str]:
         "published: a worker claimed them on their Postgres wake-up:",
         "",
         *table(
-            ["", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+            ["", *DELAY_HEADERS],
             [
-                [name, *(fmt(d.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))]
+                [name, *delay_cells(d)]
                 for name, d in (
                     ("insert to start", start),
                     ("insert to finish", finish),
@@ -244,17 +253,12 @@ def paced_stages_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     staged = [(name, s) for name, s in staged if s]
     if not staged:
         return []
-    body = []
-    for name, s in staged:
-        for label, key in (
-            ("insert to start", "insert_to_start"),
-            ("insert to publish (relay)", "insert_to_publish"),
-            ("publish to start (Kafka, claim)", "publish_to_start"),
-        ):
-            d = s.get(key) or {}
-            body.append(
-                [name, label, *(fmt(d.get(k), 1) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))]
-            )
+    stages = (
+        ("insert to start", "insert_to_start"),
+        ("insert to publish (relay)", "insert_to_publish"),
+        ("publish to start (Kafka, claim)", "publish_to_start"),
+    )
+    body = [[name, label, *delay_cells(s.get(key))] for name, s in staged for label, key in stages]
     return [
         "## Where the paced delay goes",
         "",
@@ -264,7 +268,7 @@ def paced_stages_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "millisecond resolution) splitting `created_at` to `started_at` in two. Jobs a worker "
         "claimed on their Postgres wake-up before the publish count only in the first line.",
         "",
-        *table(["row", "stage", "p50 ms", "p90 ms", "p99 ms", "max ms"], body),
+        *table(["row", "stage", *DELAY_HEADERS], body),
         "",
     ]
 
