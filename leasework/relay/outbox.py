@@ -1,6 +1,7 @@
 """The outbox relay: publishes the outbox to Kafka and deletes each row Kafka acknowledged.
 
-A pass locks a batch with ``FOR UPDATE SKIP LOCKED`` (so any number of relays may run),
+A pass locks a batch with ``FOR UPDATE SKIP LOCKED`` (so any number of relays may run), each
+topic's oldest rows in turn (a burst in one topic holds no other topic's rows behind it),
 produces it (idempotent producer, ``acks=all``), waits for every delivery report and deletes
 the acknowledged rows, all inside one transaction: the outbox holds only what is still to be
 published. A crash between produce and commit leaves the rows in place, published again on
@@ -45,7 +46,8 @@ POLL = 0.05
 
 @dataclass(frozen=True)
 class OutboxConfig:
-    # rows a pass publishes (LEASEWORK_RELAY_BATCH_SIZE); a full batch runs the next at once
+    # rows a pass publishes (LEASEWORK_RELAY_BATCH_SIZE), shared equally by the topics with
+    # rows waiting; a topic that filled its share runs the next pass at once
     batch: int = 1000
     # seconds an idle relay waits for a NOTIFY before it looks anyway (LEASEWORK_RELAY_TICK)
     tick: float = 0.5
@@ -68,17 +70,18 @@ class OutboxConfig:
 
 @dataclass(frozen=True)
 class Published(Pass):
-    """One pass: rows Kafka acknowledged (deleted), rows it did not (kept), and the first
-    delivery error."""
+    """One pass: rows Kafka acknowledged (deleted), rows it did not (kept), the first
+    delivery error, and whether some topic filled its share of the batch (rows may be left:
+    the next pass runs at once)."""
 
     acknowledged: int
     unacknowledged: int
     error: str | None
-    batch: int
+    full: bool
 
     @property
     def more_waiting(self) -> bool:
-        return self.acknowledged >= self.batch
+        return self.full
 
     @property
     def setback(self) -> Setback | None:
@@ -108,9 +111,10 @@ class OutboxRelay:
         self.published = False  # the last pass sent a produce request
 
     def _pass(self, conn: psycopg.Connection) -> Published:
-        rows = store.outbox_fetch(conn, self.config.batch)
+        batch = store.outbox_fetch(conn, self.config.batch)
+        rows = batch.messages
         if not rows:
-            return Published(0, 0, None, self.config.batch)
+            return Published(0, 0, None, False)
         messages = [(m.topic, m.key, m.value.encode(), m.headers) for m in rows]
         topics = [m.topic for m in rows]
         partitions = place(
@@ -126,7 +130,7 @@ class OutboxRelay:
         acked = [m.id for m, d in zip(rows, deliveries, strict=True) if d.ok]
         store.outbox_retire(conn, acked)
         failed = [d.error for d in deliveries if not d.ok]
-        return Published(len(acked), len(failed), failed[0] if failed else None, self.config.batch)
+        return Published(len(acked), len(failed), failed[0] if failed else None, batch.full)
 
     async def run_once(self) -> Published:
         """Publish one batch; the health condition says so while Kafka does not acknowledge."""
@@ -149,9 +153,9 @@ class OutboxRelay:
         return done
 
     async def until_rows_arrive(self) -> None:
-        """After a pass that did not fill its batch: return when the next pass is due. That
-        is after the pacer's gather when the pass published (the gate disarmed); after one
-        that found nothing, once the gate was armed just now (to look once more), at a
+        """After a pass that filled no topic's share of its batch: return when the next pass
+        is due. That is after the pacer's gather when the pass published (the gate disarmed);
+        after one that found nothing, once the gate was armed just now (to look once more), at a
         NOTIFY, or at the tick."""
         if self.published:  # more is likely on its way: it gathers, and nobody NOTIFYs
             await trio.sleep(self.pacer.delay(trio.current_time()))

@@ -25,6 +25,7 @@ from leasework.store.jobs import (
     jobs_retry_matching,
 )
 from leasework.store.relay import (
+    OutboxBatch,
     OutboxMessage,
     jobs_promote_due,
     jobs_prune,
@@ -63,6 +64,7 @@ __all__ = [
     "CancelOutcome",
     "CancelResult",
     "Inserted",
+    "OutboxBatch",
     "OutboxMessage",
     "RetryOutcome",
     "RetryResult",

@@ -28,19 +28,58 @@ class OutboxMessage:
     free: bool = False
 
 
-def outbox_fetch(conn: psycopg.Connection, limit: int) -> list[OutboxMessage]:
-    """Lock a batch of rows, the highest priority first (0), oldest first within one (so
-    within one topic: a priority is a band's topic), through ``outbox_priority_idx``: a
-    wake-up of a high band is not published after a backlog of low ones enqueued before it
-    (migration 0017). Other relays skip the rows until this transaction ends. Every row is
+# the (priority, topic) pairs a pass takes rows of, at most: with more waiting, the pairs past
+# the first this many (in priority, then topic order) wait until those ahead drain
+FAIR_TOPICS = 256
+
+# One pass's rows: the (priority, topic) pairs with rows waiting, found by a walk of
+# ``outbox_band_idx`` (one probe per pair: the next pair after the last, as a loose index
+# scan), then each pair's oldest rows, an equal share of the batch, locked. ``full``: the
+# pair filled its share, so rows may be left.
+_FAIR_FETCH = """
+WITH RECURSIVE pairs AS (
+    (SELECT priority, topic, 1 AS n FROM outbox ORDER BY priority, topic LIMIT 1)
+    UNION ALL
+    SELECT later.priority, later.topic, p.n + 1
+      FROM pairs p, LATERAL (
+           SELECT o.priority, o.topic FROM outbox o
+            WHERE (o.priority, o.topic) > (p.priority, p.topic)
+            ORDER BY o.priority, o.topic LIMIT 1) later
+     WHERE p.n < %(topics)s),
+share AS (SELECT ceil(%(limit)s::numeric / greatest(count(*), 1))::integer AS rows FROM pairs)
+SELECT m.id, m.topic, m.key, m.value, m.headers, m.free,
+       count(*) OVER (PARTITION BY m.priority, m.topic) >= share.rows AS full
+  FROM pairs p CROSS JOIN share, LATERAL (
+       SELECT o.id, o.priority, o.topic, o.key, o.value::text AS value, o.headers,
+              coalesce(o.key = o.value->>'job_id', false) AS free
+         FROM outbox o WHERE o.priority = p.priority AND o.topic = p.topic
+        ORDER BY o.id LIMIT share.rows FOR UPDATE SKIP LOCKED) m
+ ORDER BY m.priority, m.id"""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxBatch:
+    """The rows one pass publishes, and whether some topic had more than its share."""
+
+    messages: list[OutboxMessage]
+    full: bool
+
+
+def outbox_fetch(conn: psycopg.Connection, limit: int) -> OutboxBatch:
+    """Lock up to about ``limit`` rows (at most one more per topic), each topic's oldest in
+    turn: every (priority, topic) pair with rows waiting gets an equal share of the batch, so
+    a burst in one queue's topic does not hold another queue's wake-ups behind it (migration
+    0023). The rows come highest priority (0) first, oldest first within one, so a wake-up of
+    a high band goes out before a low one, and a topic keeps its order. Other relays skip the
+    locked rows until this transaction ends, and take the next of each topic. Every row is
     still to be published: acknowledged rows are deleted."""
-    rows = conn.execute(
-        """SELECT id, topic, key, value::text AS value, headers,
-                  coalesce(key = value->>'job_id', false) AS free
-           FROM outbox ORDER BY priority, id LIMIT %s FOR UPDATE SKIP LOCKED""",
-        (limit,),
-    ).fetchall()
-    return [OutboxMessage(**r) for r in rows]
+    rows = conn.execute(_FAIR_FETCH, {"limit": limit, "topics": FAIR_TOPICS}).fetchall()
+    full = False
+    messages = []
+    for row in rows:
+        full = row.pop("full") or full
+        messages.append(OutboxMessage(**row))
+    return OutboxBatch(messages, full)
 
 
 def outbox_retire(conn: psycopg.Connection, ids: list[int]) -> None:

@@ -264,11 +264,44 @@ def test_a_relay_pass_takes_the_highest_priority_first_and_each_priority_in_orde
         (3, "jobs.ready.default.p3"),
         (3, "jobs.ready.default.p3"),
     ]
-    passed = [ours[m.id]["job_id"] for m in store_relay.outbox_fetch(conn, 100_000) if m.id in ours]
+    passed = [
+        ours[m.id]["job_id"]
+        for m in store_relay.outbox_fetch(conn, 100_000).messages
+        if m.id in ours
+    ]
     # the two of priority 3 in the order they were written (the promoter's own order between
     # two jobs due at the same instant is its choice)
     backlog = [r["job_id"] for _, r in sorted(ours.items()) if r["priority"] == 3]
     assert passed == [high.id, middle.id, *backlog]
+
+
+def test_a_relay_pass_takes_each_topics_oldest_rows_in_turn(conn):
+    """A burst in one queue holds no other queue's wake-up behind it: a pass shares its batch
+    equally among the (priority, topic) pairs with rows waiting (migration 0023), each
+    pair's oldest first, and says when a pair filled its share."""
+    burst = leasework.enqueue_many(conn, [{"job_type": "noop", "queue": "emails"}] * 30)
+    later = leasework.enqueue(conn, "noop", {})
+    ours = {
+        r["id"]: r["job_id"]
+        for r in conn.execute(
+            "SELECT id, job_id FROM outbox WHERE job_id = ANY(%s)",
+            ([j.id for j in burst] + [later.id],),
+        ).fetchall()
+    }
+    # rows the stack left committed share the batch too: ours are read among them
+    waiting = conn.execute("SELECT count(DISTINCT (priority, topic)) AS n FROM outbox").fetchone()[
+        "n"
+    ]
+    batch = store_relay.outbox_fetch(conn, 10 * waiting)
+    passed = [ours[m.id] for m in batch.messages if m.id in ours]
+    # the default queue's one row, and the burst's ten oldest, in id order
+    assert passed == [j.id for j in burst[:10]] + [later.id] and batch.full
+    alone = store_relay.outbox_fetch(conn, 100_000)
+    assert not alone.full  # what is left fits: no pair filled its share
+    # an empty outbox (the relay's every idle pass): no pairs, no rows. The stack's relay
+    # skips the rows this rolled-back delete holds for the moment.
+    conn.execute("DELETE FROM outbox")
+    assert store_relay.outbox_fetch(conn, 1000) == store_relay.OutboxBatch([], False)
 
 
 def test_autovacuum_can_analyze_every_table(conn):

@@ -30,7 +30,7 @@ from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcome, expired_outcomes
 from leasework.relay.service import Backoff, Pass, Setback, run_passes
 from leasework.states import IllegalTransition, Status
-from leasework.store.relay import OutboxMessage
+from leasework.store.relay import OutboxBatch, OutboxMessage
 
 # ---------------------------------------------------------------- the loop
 
@@ -300,7 +300,7 @@ class Outbox:
         monkeypatch.setattr(store, "outbox_retire", self.retire)
 
     def fetch(self, conn, limit):
-        return self.rows[:limit]
+        return OutboxBatch(self.rows[:limit], len(self.rows) >= limit)  # one topic
 
     def retire(self, conn, ids):
         self.rows = [m for m in self.rows if m.id not in ids]
@@ -316,7 +316,7 @@ async def test_an_outbox_pass_deletes_what_kafka_acknowledged_and_says_when_it_d
     published = metrics.relay_published._value.get()
     failures = metrics.relay_publish_failures._value.get()
     done = await relay.run_once()
-    assert done == Published(2, 1, "broker down", 10) and not done.more_waiting
+    assert done == Published(2, 1, "broker down", False) and not done.more_waiting
     assert done.setback == Setback(
         "kafka did not acknowledge outbox rows; kept for retry",
         {"failed": 1, "error": "broker down"},
@@ -327,7 +327,7 @@ async def test_an_outbox_pass_deletes_what_kafka_acknowledged_and_says_when_it_d
     assert metrics.relay_publish_failures._value.get() - failures == 1
     kafka.refusing = set()
     done = await relay.run_once()
-    assert done == Published(1, 0, None, 10) and done.setback is None
+    assert done == Published(1, 0, None, False) and done.setback is None
     assert rows.rows == [] and conditions == {"other": "kept"}
 
 
