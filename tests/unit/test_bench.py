@@ -11,7 +11,7 @@ from tools.bench import doors as bench_doors
 from tools.bench import main as bench
 from tools.bench import pgbench as bench_pgbench
 from tools.bench import proc as procfs
-from tools.bench import report
+from tools.bench import queues, report
 
 # --- percentiles, buckets -------------------------------------------------------------------
 
@@ -540,3 +540,29 @@ def test_the_lone_section_gives_each_figure_and_stage_in_one_table():
     assert "| insert to publish (relay) | 5.6 |" in text
     assert "publish to start" not in text  # no stage row without its figures
     assert "12 of them started before their message was published" in text
+
+
+def test_the_slowest_job_of_each_measurement_is_split_at_its_publish():
+    """A job the relay was late for, one Kafka was late for, one a worker claimed on its
+    Postgres wake-up, one whose message the tap missed; a measurement without the split
+    (an older report) says nothing."""
+    split = queues.slowest_stages
+    lines = report.slowest_lines(
+        [
+            ("relay", {"slowest": split(10.0, 11.2, 11.25)}),
+            ("kafka", {"slowest": split(10.0, 10.005, 10.9)}),
+            ("woken", {"slowest": split(10.0, 10.02, 10.006)}),
+            ("unseen", {"slowest": split(10.0, None, 10.3)}),
+            ("older", {"p99_ms": 12.0}),
+        ]
+    )
+    assert lines[2:-1] == [
+        "- relay: 1250.0 ms; 1200.0 ms insert to publish (the relay), 50.0 ms publish to "
+        "start (Kafka, the claim)",
+        "- kafka: 900.0 ms; 5.0 ms insert to publish (the relay), 895.0 ms publish to start "
+        "(Kafka, the claim)",
+        "- woken: 6.0 ms; claimed on its Postgres wake-up 6.0 ms after its insert, before its "
+        "message was published (20.0 ms)",
+        "- unseen: 300.0 ms; its message was not seen",
+    ]
+    assert report.slowest_lines([("older", {"p99_ms": 12.0})]) == []

@@ -16,6 +16,10 @@ observed from Postgres while the demo's workers run it (issue 22).
   backlog takes anything from another queue; the first says what a burst of 20,000 inserts
   costs everything else on two cores.
 
+Each measurement's slowest job has its delay split at its ``jobs.ready`` message's timestamp
+(read by a tap outside every consumer group), so a stall says whether the relay or Kafka and
+the claim held it.
+
 What is left of a flood when its measurement ends is cancelled in Postgres (its Kafka
 messages then find the jobs cancelled), and the next measurement waits until nothing of it
 runs and then 15 s more, while the workers settle those messages.
@@ -33,6 +37,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 import leasework
+from tools.bench.tap import ReadyTap
 
 FLOOD = 20_000
 PACED, PACE = 100, 0.1  # jobs, seconds between two
@@ -116,28 +121,50 @@ def _drain(conn: psycopg.Connection, tag: str) -> int:
     return left
 
 
-def _paced(dsn: str, conn: psycopg.Connection, tag: str, **options: Any) -> list[float]:
+def _paced(dsn: str, conn: psycopg.Connection, tag: str, **options: Any) -> dict[str, Any]:
     """Enqueue :data:`PACED` ``noop`` jobs, one per transaction every :data:`PACE` s; their
-    scheduling delays once all ran."""
-    with psycopg.connect(dsn, autocommit=True) as writer:
+    scheduling delays once all ran (:func:`_delays`), and where the slowest one's time went:
+    its ``jobs.ready`` message's timestamp, read by a tap outside every consumer group."""
+    with ReadyTap() as tap, psycopg.connect(dsn, autocommit=True) as writer:
         start = time.monotonic()
         for i in range(PACED):
             time.sleep(max(0.0, start + i * PACE - time.monotonic()))
             leasework.enqueue(writer, "noop", {"bench": tag}, **options)
-    _wait(
-        conn,
-        "the paced jobs to run",
-        lambda: _count(conn, tag, "status = 'succeeded'") >= PACED,
-        60,
-    )
-    return [
-        float(r["d"])
-        for r in conn.execute(
-            "SELECT extract(epoch FROM started_at - run_at) AS d FROM jobs "
+        _wait(
+            conn,
+            "the paced jobs to run",
+            lambda: _count(conn, tag, "status = 'succeeded'") >= PACED,
+            60,
+        )
+        rows = conn.execute(
+            "SELECT id::text AS id, extract(epoch FROM run_at)::float8 AS due, "
+            "extract(epoch FROM started_at)::float8 AS started FROM jobs "
             "WHERE payload->>'bench' = %s",
             (tag,),
         ).fetchall()
-    ]
+        slowest = max(rows, key=lambda r: r["started"] - r["due"])
+        try:
+            published = tap.read({slowest["id"]}, timeout=10)[slowest["id"]].produced_at
+        except TimeoutError:
+            published = None
+    return {
+        **_delays([r["started"] - r["due"] for r in rows]),
+        "slowest": slowest_stages(slowest["due"], published, slowest["started"]),
+    }
+
+
+def slowest_stages(due: float, published: float | None, started: float) -> dict[str, Any]:
+    """A job's delay split at its message's timestamp (epoch seconds; None: not seen):
+    insert to publish (the relay), publish to start (Kafka and the claim; negative when a
+    worker claimed it on its Postgres wake-up before the message was published)."""
+    ms = lambda seconds: round(seconds * 1000, 1)  # noqa: E731
+    if published is None:
+        return {"delay_ms": ms(started - due), "to_publish_ms": None, "after_publish_ms": None}
+    return {
+        "delay_ms": ms(started - due),
+        "to_publish_ms": ms(published - due),
+        "after_publish_ms": ms(started - published),
+    }
 
 
 def _delays(delays: list[float]) -> dict[str, float]:
@@ -154,7 +181,7 @@ def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
         log(f"priorities: {FLOOD} sleep jobs of priority {LOW} in default")
         _flood(dsn, conn, flood, payload={"seconds": LOW_SECONDS}, priority=LOW)
         log(f"priorities: {PACED} noop jobs of priority {HIGH}, backlog being published")
-        publishing = _delays(_paced(dsn, conn, f"{tag}-high-publishing", priority=HIGH))
+        publishing = _paced(dsn, conn, f"{tag}-high-publishing", priority=HIGH)
         waiting_published = _count(conn, flood, "status = 'queued'")
         _wait(conn, "the backlog's publishing", lambda: _published(conn, flood), 300)
         log(f"priorities: {PACED} noop jobs of priority {HIGH}, {1 / PACE:g} a second")
@@ -171,7 +198,7 @@ def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
         "publishing": {**publishing, "flood_waiting_after": waiting_published},
         "paced": PACED,
         "goal_p99_ms": PRIORITY_GOAL * 1000,
-        **_delays(delays),
+        **delays,
     }
 
 
@@ -181,17 +208,17 @@ def isolation_row(dsn: str, tag: str) -> dict[str, Any]:
     shows what the shared CPU costs)."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         log(f"isolation: {PACED} noop jobs in default, unflooded")
-        alone = _delays(_paced(dsn, conn, f"{tag}-alone"))
+        alone = _paced(dsn, conn, f"{tag}-alone")
         floods = []
         for seconds in SLOW:
             flood = f"{tag}-flood-{seconds:g}"
             log(f"isolation: {FLOOD} sleep jobs of {seconds:g} s in {FLOODED_QUEUE}")
             _flood(dsn, conn, flood, payload={"seconds": seconds}, queue=FLOODED_QUEUE)
             log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} being published")
-            publishing = _delays(_paced(dsn, conn, f"{tag}-publishing-{seconds:g}"))
+            publishing = _paced(dsn, conn, f"{tag}-publishing-{seconds:g}")
             _wait(conn, "the flood's publishing", lambda f=flood: _published(conn, f), 300)
             log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} flooded")
-            delays = _delays(_paced(dsn, conn, f"{tag}-flooded-{seconds:g}"))
+            delays = _paced(dsn, conn, f"{tag}-flooded-{seconds:g}")
             waiting = _count(conn, flood, "status = 'queued'")
             _drain(conn, flood)
             floods.append(

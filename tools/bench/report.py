@@ -660,6 +660,7 @@ def queues_lines(result: dict[str, Any]) -> list[str]:
             f"| {prio['p99_ms']} ms | {prio['max_ms']} ms | {prio['flood_waiting_after']} | "
             f"under {prio['goal_p99_ms']:g} ms: {verdict} |",
             "",
+            *slowest_lines([("backlog being published", p or {}), ("backlog published", prio)]),
         ]
     if iso:
         a, floods = iso["unflooded"], iso["floods"]
@@ -682,6 +683,17 @@ def queues_lines(result: dict[str, Any]) -> list[str]:
             f"Goal: with slow jobs ({slow['job_seconds']:g} s), flooded (published) p99 under "
             f"the unflooded p99 plus 100 ms, {iso['goal_p99_ms']} ms: {verdict}.",
             "",
+            *slowest_lines(
+                [("unflooded", a)]
+                + [
+                    (f"{f['job_seconds']:g} s jobs, {phase}", m)
+                    for f in floods
+                    for phase, m in (
+                        ("being published", f.get("publishing") or {}),
+                        ("published", f),
+                    )
+                ]
+            ),
             *(
                 [
                     f"**The unflooded baseline stalled:** its slowest job waited {a['max_ms']} "
@@ -695,6 +707,37 @@ def queues_lines(result: dict[str, Any]) -> list[str]:
             ),
         ]
     return lines
+
+
+def slowest_lines(measurements: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Where the slowest job of each measurement spent its delay, split at its message's
+    timestamp (``tools.bench.queues.slowest_stages``); none for measurements without it."""
+    lines = []
+    for label, measured in measurements:
+        if not (s := measured.get("slowest")):
+            continue
+        if s["to_publish_ms"] is None:
+            split = "its message was not seen"
+        elif s["after_publish_ms"] < 0:
+            split = (
+                f"claimed on its Postgres wake-up {s['delay_ms']} ms after its insert, "
+                f"before its message was published ({s['to_publish_ms']} ms)"
+            )
+        else:
+            split = (
+                f"{s['to_publish_ms']} ms insert to publish (the relay), "
+                f"{s['after_publish_ms']} ms publish to start (Kafka, the claim)"
+            )
+        lines.append(f"- {label}: {s['delay_ms']} ms; {split}")
+    if not lines:
+        return []
+    return [
+        "The slowest job of each measurement, its delay split at its `jobs.ready` message's "
+        "timestamp (set by the relay's producer):",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def baseline_stalled(delays: Mapping[str, float]) -> bool:
