@@ -289,9 +289,8 @@ def test_a_relay_pass_takes_each_topics_oldest_rows_in_turn(conn):
         ).fetchall()
     }
     # rows the stack left committed share the batch too: ours are read among them
-    waiting = conn.execute("SELECT count(DISTINCT (priority, topic)) AS n FROM outbox").fetchone()[
-        "n"
-    ]
+    pairs = conn.execute("SELECT count(DISTINCT (priority, topic)) AS n FROM outbox")
+    waiting = pairs.fetchone()["n"]
     batch = store_relay.outbox_fetch(conn, 10 * waiting)
     passed = [ours[m.id] for m in batch.messages if m.id in ours]
     # the default queue's one row, and the burst's ten oldest, in id order

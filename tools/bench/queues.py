@@ -157,14 +157,17 @@ def slowest_stages(due: float, published: float | None, started: float) -> dict[
     """A job's delay split at its message's timestamp (epoch seconds; None: not seen):
     insert to publish (the relay), publish to start (Kafka and the claim; negative when a
     worker claimed it on its Postgres wake-up before the message was published)."""
-    ms = lambda seconds: round(seconds * 1000, 1)  # noqa: E731
     if published is None:
-        return {"delay_ms": ms(started - due), "to_publish_ms": None, "after_publish_ms": None}
+        return {"delay_ms": _ms(started - due), "to_publish_ms": None, "after_publish_ms": None}
     return {
-        "delay_ms": ms(started - due),
-        "to_publish_ms": ms(published - due),
-        "after_publish_ms": ms(started - published),
+        "delay_ms": _ms(started - due),
+        "to_publish_ms": _ms(published - due),
+        "after_publish_ms": _ms(started - published),
     }
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
 
 
 def _delays(delays: list[float]) -> dict[str, float]:
