@@ -94,6 +94,9 @@ def run_role(role: str, args: list[str] | None = None) -> int:
     from leasework.preflight import Refused, failure_lines
 
     prepare(app)
+    from leasework.heap import freeze_startup_heap
+
+    freeze_startup_heap()
     try:
         trio.run(LONG_RUNNING[role], settings, app)
     except Refused as exc:
