@@ -37,7 +37,7 @@ def test_the_objects_alive_at_start_are_frozen_and_later_cycles_still_collected(
     assert gone() is None
 
 
-def test_a_long_running_role_freezes_before_it_serves(unfrozen, monkeypatch, tmp_path):
+def test_a_long_running_role_freezes_before_it_serves(unfrozen, monkeypatch):
     seen = []
     monkeypatch.setattr(trio, "run", lambda *args: seen.append(gc.get_freeze_count()))
     monkeypatch.setattr(cli, "address_taken", lambda addr: None)
