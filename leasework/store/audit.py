@@ -315,8 +315,9 @@ def _by_index(conn: psycopg.Connection, query: str, params: dict[str, Any]) -> l
     the statistics say. It is local to the transaction (a savepoint if one is open) and put
     back after; a failure rolls it back with the savepoint."""
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as setting:
-        (was,) = setting.execute("SELECT current_setting('enable_seqscan')").fetchone()
-        setting.execute("SELECT set_config('enable_seqscan', 'off', true)")
+        was, _ = setting.execute(
+            "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)"
+        ).fetchone()
         rows = conn.execute(query, params).fetchall()
         setting.execute("SELECT set_config('enable_seqscan', %s, true)", (was,))
     return rows

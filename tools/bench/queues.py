@@ -157,12 +157,13 @@ def slowest_stages(due: float, published: float | None, started: float) -> dict[
     """A job's delay split at its message's timestamp (epoch seconds; None: not seen):
     insert to publish (the relay), publish to start (Kafka and the claim; negative when a
     worker claimed it on its Postgres wake-up before the message was published)."""
-    if published is None:
-        return {"delay_ms": _ms(started - due), "to_publish_ms": None, "after_publish_ms": None}
+    to_publish = after_publish = None
+    if published is not None:
+        to_publish, after_publish = _ms(published - due), _ms(started - published)
     return {
         "delay_ms": _ms(started - due),
-        "to_publish_ms": _ms(published - due),
-        "after_publish_ms": _ms(started - published),
+        "to_publish_ms": to_publish,
+        "after_publish_ms": after_publish,
     }
 
 
