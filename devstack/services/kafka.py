@@ -56,11 +56,15 @@ from .base import Service
 # Three brokers share two cores with everything else. Each JVM is told it has one CPU, so it
 # sizes its GC, JIT compiler and common-pool threads for one; the serial collector has no
 # concurrent GC threads at all (young collections of a heap this size take a few ms); the
-# heap is fixed, so it never resizes.
+# heap is fixed, so it never resizes. The JIT stops at C1: C2's compiles cost a fresh broker
+# more CPU than its faster code saves it here (docs/design-decisions.md, "Kafka brokers are
+# sized for one CPU each": a quarter of the brokers' CPU per job on a fresh stack, the same
+# once warm).
 JVM_OPTS = [
     "-Xms384m",
     "-Xmx384m",
     "-XX:ActiveProcessorCount=1",
+    "-XX:TieredStopAtLevel=1",
     "-XX:+UseSerialGC",
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
