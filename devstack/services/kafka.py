@@ -58,7 +58,7 @@ from .base import Service
 # concurrent GC threads at all (young collections of a heap this size take a few ms); the
 # heap is fixed, so it never resizes. The JIT stops at C1: C2's compiles cost a fresh broker
 # more CPU than its faster code saves it here (docs/design-decisions.md, "Kafka brokers are
-# sized for one CPU each": a quarter of the brokers' CPU per job on a fresh stack, the same
+# sized for one CPU each": about a quarter less broker CPU per job on a fresh stack, the same
 # once warm).
 JVM_OPTS = [
     "-Xms384m",
