@@ -566,3 +566,37 @@ def test_the_slowest_job_of_each_measurement_is_split_at_its_publish():
         "- unseen: 300.0 ms; its message was not seen",
     ]
     assert report.slowest_lines([("older", {"p99_ms": 12.0})]) == []
+
+
+def test_every_late_paced_job_is_split_slowest_first():
+    """Jobs later than LATE each get their split, slowest first (one published late, one
+    whose message the tap did not see); the slowest is split even when it was on time."""
+    from tools.bench.tap import Published
+
+    rows = [
+        {"id": "a", "due": 10.0, "started": 10.02},
+        {"id": "b", "due": 11.0, "started": 12.1},
+        {"id": "c", "due": 12.0, "started": 12.3},
+        {"id": "d", "due": 13.0, "started": 13.1 + 0.001},
+    ]
+    seen = {"a": Published(0, 10.01), "b": Published(3, 12.05), "d": Published(1, 13.002)}
+    stages = queues.late_stages(rows, seen)
+    assert stages["slowest"] == queues.slowest_stages(11.0, 12.05, 12.1)
+    assert [s["delay_ms"] for s in stages["late"]] == [1100.0, 300.0, 101.0]
+    assert stages["late"][1]["to_publish_ms"] is None  # c: not seen
+    on_time = queues.late_stages(rows[:1], seen)
+    assert on_time["late"] == [] and on_time["slowest"]["delay_ms"] == 20.0
+
+
+def test_the_late_jobs_follow_the_slowest_and_are_capped():
+    split = queues.slowest_stages
+    late = [split(10.0, 10.001, 10.0 + 0.5 - i / 100) for i in range(8)]
+    lines = report.slowest_lines([("unflooded", {"slowest": late[0], "late": late})])
+    assert lines[2].startswith("- unflooded: 500.0 ms;")
+    assert lines[3] == (
+        "  - then 490.0 ms; 1.0 ms insert to publish (the relay), 489.0 ms publish to start "
+        "(Kafka, the claim)"
+    )
+    assert len(lines) == 2 + 1 + report.LATE_SHOWN + 1 + 1
+    assert lines[-2] == f"  - and {7 - report.LATE_SHOWN} more over 100 ms"
+    assert report.LATE_MS == queues.LATE * 1000

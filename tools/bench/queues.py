@@ -16,13 +16,15 @@ observed from Postgres while the demo's workers run it (issue 22).
   backlog takes anything from another queue; the first says what a burst of 20,000 inserts
   costs everything else on two cores.
 
-Each measurement's slowest job has its delay split at its ``jobs.ready`` message's timestamp
-(read by a tap outside every consumer group), so a stall says whether the relay or Kafka and
-the claim held it.
+Every paced job has its delay split at its ``jobs.ready`` message's timestamp (read by a tap
+outside every consumer group), so a stall says whether the relay or Kafka and the claim held
+it: the report gives each measurement's slowest job and every job later than :data:`LATE`.
 
 What is left of a flood when its measurement ends is cancelled in Postgres (its Kafka
 messages then find the jobs cancelled), and the next measurement waits until nothing of it
-runs and then 15 s more, while the workers settle those messages.
+runs and its band's consumer group has committed every message of it (lag 0, read from
+outside the group as the relay's lag probe reads it): the workers have settled them all, so
+the next measurement does not pay for them.
 Each figure is what was observed, beside the goal: a p99 above it is the row's finding (the
 report says so), not an assertion.
 """
@@ -34,10 +36,14 @@ import time
 from typing import Any
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 from psycopg.rows import dict_row
 
 import leasework
-from tools.bench.tap import ReadyTap
+from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
+from leasework.config import Settings
+from leasework.kafka import bands_lag
+from tools.bench.tap import Published, ReadyTap
 
 FLOOD = 20_000
 PACED, PACE = 100, 0.1  # jobs, seconds between two
@@ -51,7 +57,8 @@ FLOODED_QUEUE = "emails"
 # the flood's job durations: slow jobs (every slot of the queue taken for minutes, few starts
 # a second), then shorter ones (about 128 starts a second on the demo's two workers)
 SLOW = (5.0, 1.0)
-SETTLE = 15.0  # seconds for the workers to settle a cancelled flood's messages
+SETTLE_TIMEOUT = 180.0  # seconds for the workers to settle a cancelled flood's messages
+LATE = 0.1  # seconds: a paced job later than this has its delay split in the report
 
 
 def log(message: str) -> None:
@@ -69,7 +76,7 @@ def _count(conn: psycopg.Connection, tag: str, condition: str) -> int:
     ).fetchone()["n"]
 
 
-def _wait(conn: psycopg.Connection, what: str, done, timeout: float) -> None:
+def _wait(conn: psycopg.Connection | None, what: str, done, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() > deadline:
@@ -99,9 +106,32 @@ def _published(conn: psycopg.Connection, tag: str) -> bool:
     return bool(row["done"])
 
 
-def _drain(conn: psycopg.Connection, tag: str) -> int:
-    """Cancel what is left of a flood; wait until none of it runs. Returns how many were
-    left waiting."""
+def band_lag(admin: AdminClient, queue: str, priority: int) -> int:
+    """The messages of ``queue``'s band ``priority`` its consumer group has not committed."""
+    defaults = Settings("bench", "bench")  # the stack's workers run with the defaults
+    lags, unread = bands_lag(admin, defaults.topic_ready, defaults.consumer_group)
+    if (queue, priority) in unread:
+        raise RuntimeError(f"queues: the offsets of {queue}'s band {priority} could not be read")
+    return sum(b.lag for b in lags if (b.queue, b.priority) == (queue, priority))
+
+
+def _settle(queue: str, priority: int) -> float:
+    """Wait until the workers have committed every message of ``queue``'s band ``priority``;
+    the seconds it took."""
+    admin = AdminClient({"bootstrap.servers": KAFKA_DIRECT_BOOTSTRAP})
+    began = time.monotonic()
+    _wait(
+        None,
+        f"{queue}'s band {priority} to be consumed",
+        lambda: band_lag(admin, queue, priority) == 0,
+        SETTLE_TIMEOUT,
+    )
+    return round(time.monotonic() - began, 1)
+
+
+def _drain(conn: psycopg.Connection, tag: str, queue: str, priority: int) -> int:
+    """Cancel what is left of a flood of ``queue``'s band ``priority``; wait until none of it
+    runs and its band's messages are all consumed. Returns how many were left waiting."""
     left = 0
     while True:  # a thousand at a time, none a claim holds (one statement would deadlock)
         cancelled = conn.execute(
@@ -117,14 +147,15 @@ def _drain(conn: psycopg.Connection, tag: str) -> int:
     _wait(conn, "the flood to stop", lambda: _count(conn, tag, "status = 'running'") == 0, 120)
     # its messages are still consumed (each finds its job cancelled and is settled): a
     # measurement begun meanwhile would pay for them
-    time.sleep(SETTLE)
+    log(f"{tag}: its messages settled in {_settle(queue, priority)} s")
     return left
 
 
 def _paced(dsn: str, conn: psycopg.Connection, tag: str, **options: Any) -> dict[str, Any]:
     """Enqueue :data:`PACED` ``noop`` jobs, one per transaction every :data:`PACE` s; their
-    scheduling delays once all ran (:func:`_delays`), and where the slowest one's time went:
-    its ``jobs.ready`` message's timestamp, read by a tap outside every consumer group."""
+    scheduling delays once all ran (:func:`_delays`), and where the time of the slowest and
+    of each one later than :data:`LATE` went (:func:`late_stages`): split at its
+    ``jobs.ready`` message's timestamp, read by a tap outside every consumer group."""
     with ReadyTap() as tap, psycopg.connect(dsn, autocommit=True) as writer:
         start = time.monotonic()
         for i in range(PACED):
@@ -142,14 +173,28 @@ def _paced(dsn: str, conn: psycopg.Connection, tag: str, **options: Any) -> dict
             "WHERE payload->>'bench' = %s",
             (tag,),
         ).fetchall()
-        slowest = max(rows, key=lambda r: r["started"] - r["due"])
         try:
-            published = tap.read({slowest["id"]}, timeout=10)[slowest["id"]].produced_at
-        except TimeoutError:
-            published = None
+            seen = tap.read({r["id"] for r in rows}, timeout=10)
+        except TimeoutError:  # (split as not seen)
+            seen = dict(tap.found)
+    return {**_delays([r["started"] - r["due"] for r in rows]), **late_stages(rows, seen)}
+
+
+def late_stages(rows: list[dict[str, Any]], seen: dict[str, Published]) -> dict[str, Any]:
+    """The slowest job's split (:func:`slowest_stages`), and every job's later than
+    :data:`LATE`, slowest first (rows: ``id``, ``due`` and ``started`` in epoch seconds;
+    ``seen``: the messages the tap read, by job id)."""
+
+    def split(row: dict[str, Any]) -> dict[str, Any]:
+        published = seen.get(row["id"])
+        return slowest_stages(
+            row["due"], None if published is None else published.produced_at, row["started"]
+        )
+
+    ordered = sorted(rows, key=lambda r: r["due"] - r["started"])
     return {
-        **_delays([r["started"] - r["due"] for r in rows]),
-        "slowest": slowest_stages(slowest["due"], published, slowest["started"]),
+        "slowest": split(ordered[0]),
+        "late": [split(r) for r in ordered if r["started"] - r["due"] > LATE],
     }
 
 
@@ -192,7 +237,7 @@ def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
         delays = _paced(dsn, conn, f"{tag}-high", priority=HIGH)
         waiting = _count(conn, flood, "status = 'queued'")
         ran = _count(conn, flood, "started_at IS NOT NULL")
-        _drain(conn, flood)
+        _drain(conn, flood, "default", LOW)
     return {
         "name": "priorities",
         "flood": FLOOD,
@@ -224,7 +269,7 @@ def isolation_row(dsn: str, tag: str) -> dict[str, Any]:
             log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} flooded")
             delays = _paced(dsn, conn, f"{tag}-flooded-{seconds:g}")
             waiting = _count(conn, flood, "status = 'queued'")
-            _drain(conn, flood)
+            _drain(conn, flood, FLOODED_QUEUE, 0)
             floods.append(
                 {
                     "job_seconds": seconds,

@@ -711,33 +711,47 @@ def queues_lines(result: dict[str, Any]) -> list[str]:
 
 def slowest_lines(measurements: list[tuple[str, Mapping[str, Any]]]) -> list[str]:
     """Where the slowest job of each measurement spent its delay, split at its message's
-    timestamp (``tools.bench.queues.slowest_stages``); none for measurements without it."""
+    timestamp (``tools.bench.queues.slowest_stages``), then every other job later than
+    ``tools.bench.queues.LATE`` (runs before they were recorded have none); nothing for
+    measurements without a split."""
     lines = []
     for label, measured in measurements:
         if not (s := measured.get("slowest")):
             continue
-        if s["to_publish_ms"] is None:
-            split = "its message was not seen"
-        elif s["after_publish_ms"] < 0:
-            split = (
-                f"claimed on its Postgres wake-up {s['delay_ms']} ms after its insert, "
-                f"before its message was published ({s['to_publish_ms']} ms)"
-            )
-        else:
-            split = (
-                f"{s['to_publish_ms']} ms insert to publish (the relay), "
-                f"{s['after_publish_ms']} ms publish to start (Kafka, the claim)"
-            )
-        lines.append(f"- {label}: {s['delay_ms']} ms; {split}")
+        lines.append(f"- {label}: {s['delay_ms']} ms; {_split(s)}")
+        others = measured.get("late", [])[1:]
+        for late in others[:LATE_SHOWN]:
+            lines.append(f"  - then {late['delay_ms']} ms; {_split(late)}")
+        if len(others) > LATE_SHOWN:
+            lines.append(f"  - and {len(others) - LATE_SHOWN} more over {LATE_MS:g} ms")
     if not lines:
         return []
     return [
-        "The slowest job of each measurement, its delay split at its `jobs.ready` message's "
+        "The slowest job of each measurement, and each other one over "
+        f"{LATE_MS:g} ms, its delay split at its `jobs.ready` message's "
         "timestamp (set by the relay's producer):",
         "",
         *lines,
         "",
     ]
+
+
+LATE_MS = 100.0  # tools.bench.queues.LATE, in milliseconds
+LATE_SHOWN = 5  # late jobs listed after the slowest, at most
+
+
+def _split(s: Mapping[str, Any]) -> str:
+    if s["to_publish_ms"] is None:
+        return "its message was not seen"
+    if s["after_publish_ms"] < 0:
+        return (
+            f"claimed on its Postgres wake-up {s['delay_ms']} ms after its insert, "
+            f"before its message was published ({s['to_publish_ms']} ms)"
+        )
+    return (
+        f"{s['to_publish_ms']} ms insert to publish (the relay), "
+        f"{s['after_publish_ms']} ms publish to start (Kafka, the claim)"
+    )
 
 
 def baseline_stalled(delays: Mapping[str, float]) -> bool:
