@@ -409,6 +409,7 @@ def test_repeated_runs_report_the_median_and_the_spread():
             "git_head": "abc",
             "config": {"fresh": True},
             "machine_busy_before": busy,
+            "jobs_table_before": {"live_rows": int(rate) * 100, "mb": 12},
             "rows": [
                 {
                     "name": "single",
@@ -445,6 +446,10 @@ def test_repeated_runs_report_the_median_and_the_spread():
     assert "600 (500–700)" in text and "0.60x (0.50–0.70)" in text
     assert "the whole stack restarted before each run" in text
     assert "2%, 5%, 1%" in text
+    assert (
+        "jobs table before each run: 50,000 rows, 12 MB; 70,000 rows, 12 MB; 60,000 rows, 12 MB."
+        in text
+    )
     assert report.spread([None, 2.0]) == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1}
     assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5
 
@@ -600,3 +605,10 @@ def test_the_late_jobs_follow_the_slowest_and_are_capped():
     assert len(lines) == 2 + 1 + report.LATE_SHOWN + 1 + 1
     assert lines[-2] == f"  - and {7 - report.LATE_SHOWN} more over 100 ms"
     assert report.LATE_MS == queues.LATE * 1000
+
+
+def test_the_report_says_how_big_the_jobs_table_was_before_the_run():
+    result = _result([_row("floor", 1800.0), _row("single", 126.0)])
+    assert "jobs table –" in report.render_markdown(result)  # a run from before it was read
+    result["jobs_table_before"] = {"live_rows": 261509, "mb": 289}
+    assert "jobs table 261,509 rows, 289 MB" in report.render_markdown(result)

@@ -31,7 +31,8 @@ Rows, in this order (``--rows`` picks some):
 spread; ``--fresh`` stops and starts the whole stack before each run, then waits until the
 machine is quiet (below 20% busy over 5 s, at most 2 minutes: right after a start the brokers'
 JIT compilers alone keep a third of two cores busy); every run records how busy the machine
-was, with the stack idle, just before it.
+was, with the stack idle, just before it, and how big the ``jobs`` table was (the bench shares
+the stack's database with the tests and CI; it neither empties nor fills it).
 
 For each row: end-to-end jobs/s (first submit to last job finished), its ratio to the
 floor, CPU ms per job per process and peak RSS per process over that window (``/proc``),
@@ -223,6 +224,16 @@ class Bench:
         before = procfs.machine_ticks()
         time.sleep(seconds)
         return procfs.busy_fraction(before, procfs.machine_ticks())
+
+    def jobs_table(self) -> dict[str, int]:
+        """The size of ``jobs`` before the run (live rows, as Postgres's statistics count
+        them, and megabytes with its indexes): every row's Postgres cost grows with it, and
+        the bench shares the stack's database with whatever ran before (the tests, CI)."""
+        rows, size = self.db.execute(
+            "SELECT coalesce((SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = "
+            "'jobs'::regclass), 0), pg_total_relation_size('jobs')"
+        ).fetchone()
+        return {"live_rows": int(rows), "mb": round(size / 1_048_576)}
 
     def settle_after_start(self, quiet: float = 0.2, patience: float = 120.0) -> float:
         """After a fresh start, wait until the machine is quiet (below ``quiet`` busy over 5 s:
@@ -552,6 +563,8 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
             bench.settle_after_start()
         result["machine_busy_before"] = bench.machine_before()
         log(f"machine busy before the run: {result['machine_busy_before'] * 100:.0f}%")
+        result["jobs_table_before"] = bench.jobs_table()
+        log(f"jobs table before the run: {report.jobs_table_text(result['jobs_table_before'])}")
         if "enqueue-one" in cfg.rows:
             doors.prepare_orders(bench.db)
         for row in cfg.rows:

@@ -188,6 +188,13 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.0f}%"
 
 
+def jobs_table_text(table: Mapping[str, int] | None) -> str:
+    """``jobs``' size before a run, as the report says it (– for runs before it was read)."""
+    if not table:
+        return "–"
+    return f"{table['live_rows']:,} rows, {table['mb']:,} MB"
+
+
 def rss_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     procs = [
         p for p in PROCESSES if any((r.get("rss_mib") or {}).get(p, {}).get("max") for r in rows)
@@ -281,7 +288,8 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         "",
         f"git {result['git_head']} on {result['nproc']} CPUs; "
         f"floor {fmt(floor)} jobs/s end to end; machine busy before the run "
-        f"{_percent(result.get('machine_busy_before'))} (stack idle, 5 s)"
+        f"{_percent(result.get('machine_busy_before'))} (stack idle, 5 s); jobs table "
+        f"{jobs_table_text(result.get('jobs_table_before'))}"
         + (
             "; the whole stack restarted before the run."
             if (result.get("config") or {}).get("fresh")
@@ -470,6 +478,7 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "git_head": results[0]["git_head"] if results else None,
         "fresh": bool(results and results[0]["config"].get("fresh")),
         "machine_busy_before": [res.get("machine_busy_before") for res in results],
+        "jobs_table_before": [res.get("jobs_table_before") for res in results],
         "app_env": results[0]["config"].get("app_env") if results else {},
         "rows": rows,
         "lone": {key: spread([f[key] for f in lone]) for key in lone[0]} if lone else {},
@@ -511,7 +520,9 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"# just bench, {summary['runs']} runs ({fresh})",
         "",
         f"git {summary['git_head']}; runs started {', '.join(summary['started_utc'])}; machine "
-        f"busy before each run (stack idle, 5 s): {busy}.",
+        f"busy before each run (stack idle, 5 s): {busy}; jobs table before each run: "
+        + "; ".join(jobs_table_text(t) for t in summary.get("jobs_table_before", []))
+        + ".",
         "",
         *(
             [f"Apps started with {_env_text(summary['app_env'])}.", ""]
