@@ -227,8 +227,8 @@ class Bench:
 
     def jobs_table(self) -> dict[str, int]:
         """The size of ``jobs`` before the run (live rows, as Postgres's statistics count
-        them, and megabytes with its indexes): every row's Postgres cost grows with it, and
-        the bench shares the stack's database with whatever ran before (the tests, CI)."""
+        them, and megabytes with its indexes): the bench shares the stack's database with
+        whatever ran before (the tests, CI), and a row's Postgres cost may depend on it."""
         rows, size = self.db.execute(
             "SELECT coalesce((SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = "
             "'jobs'::regclass), 0), pg_total_relation_size('jobs')"
