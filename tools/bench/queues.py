@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -76,7 +77,7 @@ def _count(conn: psycopg.Connection, tag: str, condition: str) -> int:
     ).fetchone()["n"]
 
 
-def _wait(conn: psycopg.Connection | None, what: str, done, timeout: float) -> None:
+def _wait(what: str, done: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() > deadline:
@@ -93,7 +94,7 @@ def _flood(dsn: str, conn: psycopg.Connection, tag: str, **job: Any) -> None:
                 writer, [{"job_type": "sleep", "payload": payload, **job}] * 1000
             )
             writer.commit()
-    _wait(conn, "the flood to run", lambda: _count(conn, tag, "status = 'running'") >= 50, 120)
+    _wait("the flood to run", lambda: _count(conn, tag, "status = 'running'") >= 50, 120)
 
 
 def _published(conn: psycopg.Connection, tag: str) -> bool:
@@ -106,10 +107,13 @@ def _published(conn: psycopg.Connection, tag: str) -> bool:
     return bool(row["done"])
 
 
+# the stack's workers run with the default topic and consumer group
+WORKERS = Settings("bench", "bench")
+
+
 def band_lag(admin: AdminClient, queue: str, priority: int) -> int:
     """The messages of ``queue``'s band ``priority`` its consumer group has not committed."""
-    defaults = Settings("bench", "bench")  # the stack's workers run with the defaults
-    lags, unread = bands_lag(admin, defaults.topic_ready, defaults.consumer_group)
+    lags, unread = bands_lag(admin, WORKERS.topic_ready, WORKERS.consumer_group)
     if (queue, priority) in unread:
         raise RuntimeError(f"queues: the offsets of {queue}'s band {priority} could not be read")
     return sum(b.lag for b in lags if (b.queue, b.priority) == (queue, priority))
@@ -121,7 +125,6 @@ def _settle(queue: str, priority: int) -> float:
     admin = AdminClient({"bootstrap.servers": KAFKA_DIRECT_BOOTSTRAP})
     began = time.monotonic()
     _wait(
-        None,
         f"{queue}'s band {priority} to be consumed",
         lambda: band_lag(admin, queue, priority) == 0,
         SETTLE_TIMEOUT,
@@ -144,7 +147,7 @@ def _drain(conn: psycopg.Connection, tag: str, queue: str, priority: int) -> int
         left += cancelled
         if not cancelled and not _count(conn, tag, "status IN ('queued', 'scheduled')"):
             break
-    _wait(conn, "the flood to stop", lambda: _count(conn, tag, "status = 'running'") == 0, 120)
+    _wait("the flood to stop", lambda: _count(conn, tag, "status = 'running'") == 0, 120)
     # its messages are still consumed (each finds its job cancelled and is settled): a
     # measurement begun meanwhile would pay for them
     log(f"{tag}: its messages settled in {_settle(queue, priority)} s")
@@ -162,7 +165,6 @@ def _paced(dsn: str, conn: psycopg.Connection, tag: str, **options: Any) -> dict
             time.sleep(max(0.0, start + i * PACE - time.monotonic()))
             leasework.enqueue(writer, "noop", {"bench": tag}, **options)
         _wait(
-            conn,
             "the paced jobs to run",
             lambda: _count(conn, tag, "status = 'succeeded'") >= PACED,
             60,
@@ -232,7 +234,7 @@ def priorities_row(dsn: str, tag: str) -> dict[str, Any]:
         log(f"priorities: {PACED} noop jobs of priority {HIGH}, backlog being published")
         publishing = _paced(dsn, conn, f"{tag}-high-publishing", priority=HIGH)
         waiting_published = _count(conn, flood, "status = 'queued'")
-        _wait(conn, "the backlog's publishing", lambda: _published(conn, flood), 300)
+        _wait("the backlog's publishing", lambda: _published(conn, flood), 300)
         log(f"priorities: {PACED} noop jobs of priority {HIGH}, {1 / PACE:g} a second")
         delays = _paced(dsn, conn, f"{tag}-high", priority=HIGH)
         waiting = _count(conn, flood, "status = 'queued'")
@@ -265,7 +267,7 @@ def isolation_row(dsn: str, tag: str) -> dict[str, Any]:
             _flood(dsn, conn, flood, payload={"seconds": seconds}, queue=FLOODED_QUEUE)
             log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} being published")
             publishing = _paced(dsn, conn, f"{tag}-publishing-{seconds:g}")
-            _wait(conn, "the flood's publishing", lambda f=flood: _published(conn, f), 300)
+            _wait("the flood's publishing", lambda f=flood: _published(conn, f), 300)
             log(f"isolation: {PACED} noop jobs in default, {FLOODED_QUEUE} flooded")
             delays = _paced(dsn, conn, f"{tag}-flooded-{seconds:g}")
             waiting = _count(conn, flood, "status = 'queued'")
