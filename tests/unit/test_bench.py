@@ -303,8 +303,10 @@ def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
     assert "| single | single door | direct | 2000 | 150 | 126 | 0.07x | 62 | 12.2 | 250.0 |" in md
     assert "| floor | floor door | direct | 2000 | 150 | 1,800 | 1.00x |" in md
     assert "## CPU milliseconds per job, per process" in md
-    assert "| row | api | postgres | client | total | of machine busy |" in md
-    assert "| single | 1.50 | 2.00 | 0.50 | 4.00 | 93% |" in md
+    assert "| row | api | postgres | client | total | of it idle | of machine busy |" in md
+    # the idle stack's 30 ms a second over 126 jobs a second
+    assert "| single | 1.50 | 2.00 | 0.50 | 4.00 | 0.24 | 93% |" in md
+    assert "| floor | 1.50 | 2.00 | 0.50 | 4.00 | 0.02 | 93% |" in md
     assert "| idle, ms per s (5 s) | 1.0 | – | – | 30.0 |" in md
     assert "| row | api |" in md and "| floor | 83 |" in md
     assert "**3,599 tps**" in md
@@ -410,6 +412,7 @@ def test_repeated_runs_report_the_median_and_the_spread():
             "config": {"fresh": True},
             "machine_busy_before": busy,
             "jobs_table_before": {"live_rows": int(rate) * 100, "mb": 12},
+            "idle": {"seconds": 5.0, "cpu_ms_per_s": {"total": 240.0}},
             "rows": [
                 {
                     "name": "single",
@@ -440,10 +443,14 @@ def test_repeated_runs_report_the_median_and_the_spread():
     assert single["e2e jobs/s"] == {"median": 600, "min": 500, "max": 700, "n": 3}
     assert single["api CPU ms/job"]["median"] == 2.0
     assert single["brokers CPU ms/job"]["median"] == pytest.approx(0.4)
+    # the idle stack's 240 ms a second over each run's rate
+    assert single["of it idle"]["median"] == pytest.approx(0.4)
+    assert single["of it idle"]["max"] == pytest.approx(0.48)
     assert summary["lone"]["insert to start p50 ms"]["median"] == 12.0
     assert summary["lone"]["insert to start p50 ms"]["max"] == 50.0
     text = report.render_summary(summary)
     assert "600 (500–700)" in text and "0.60x (0.50–0.70)" in text
+    assert "| of it idle |" in text and "0.40 (0.34–0.48)" in text
     assert "the whole stack restarted before each run" in text
     assert "2%, 5%, 1%" in text
     assert (

@@ -157,16 +157,28 @@ def _present(rows: Sequence[Mapping[str, Any]], key: str) -> list[str]:
     return [p for p in PROCESSES if p in seen]
 
 
+def idle_share(row: Mapping[str, Any], idle: Mapping[str, Any] | None) -> float | None:
+    """The idle stack's own CPU (ms a second) spread over the row's jobs at its rate: about
+    how much of the row's CPU per job the stack would have spent doing nothing (its pollers,
+    heartbeats, scrapes and the brokers' own traffic go on under load)."""
+    per_s = ((idle or {}).get("cpu_ms_per_s") or {}).get("total")
+    rate = row.get("e2e_per_s")
+    if per_s is None or not rate:
+        return None
+    return per_s / rate
+
+
 def cpu_table(rows: Sequence[Mapping[str, Any]], idle: Mapping[str, Any] | None) -> list[str]:
     procs = _present(
         [*rows, {"cpu_ms_per_job": (idle or {}).get("cpu_ms_per_s")}], "cpu_ms_per_job"
     )
-    headers = ["row", *procs, "total", "of machine busy"]
+    headers = ["row", *procs, "total", "of it idle", "of machine busy"]
     body = [
         [
             r["name"],
             *(fmt(r["cpu_ms_per_job"].get(p), 2) for p in procs),
             fmt(r["cpu_ms_per_job"].get("total"), 2),
+            fmt(idle_share(r, idle), 2),
             _percent(r.get("accounted_of_busy")),
         ]
         for r in rows
@@ -178,6 +190,7 @@ def cpu_table(rows: Sequence[Mapping[str, Any]], idle: Mapping[str, Any] | None)
                 f"idle, ms per s ({idle['seconds']:.0f} s)",
                 *(fmt(per_s.get(p), 1) for p in procs),
                 fmt(per_s.get("total"), 1),
+                "",
                 _percent(idle.get("accounted_of_busy")),
             ]
         )
@@ -312,7 +325,9 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         "Over each row's throughput window (first submit to last job finished), from "
         "`/proc/PID/stat` utime+stime (+ reaped children) of each process tree; `postgres` is "
         "the postmaster and all its children, `client` is this bench process with its floor "
-        "workers. Idle background (last line, ms of CPU per second) is inside every row. "
+        "workers. Idle background (last line, ms of CPU per second) is inside every row; "
+        "`of it idle` spreads it over the row's jobs at the row's rate (its share of `total`, "
+        "about: the stack's pollers, heartbeats and scrapes go on under load). "
         "`of machine busy`: the share of all non-idle CPU time (`/proc/stat`) in the window "
         "that these processes account for.",
         "",
@@ -422,8 +437,11 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
 KAFKA = ("kafka-1", "kafka-2", "kafka-3")
 
 
-def row_figures(row: Mapping[str, Any]) -> dict[str, float | None]:
-    """The figures of one row that a repeated bench summarises."""
+def row_figures(
+    row: Mapping[str, Any], idle: Mapping[str, Any] | None = None
+) -> dict[str, float | None]:
+    """The figures of one row that a repeated bench summarises (``idle``: its run's idle
+    measurement, for the idle stack's share of the row's CPU)."""
     cpu = row.get("cpu_ms_per_job") or {}
     delay = (row.get("paced") or {}).get("delay") or {}
     kafka = [cpu.get(k) for k in KAFKA]
@@ -431,6 +449,7 @@ def row_figures(row: Mapping[str, Any]) -> dict[str, float | None]:
         "e2e jobs/s": row.get("e2e_per_s"),
         "vs floor": row.get("vs_floor"),
         "CPU ms/job": cpu.get("total"),
+        "of it idle": idle_share(row, idle),
         "api CPU ms/job": cpu.get("api"),
         "brokers CPU ms/job": None if None in kafka else sum(kafka),  # type: ignore[arg-type]
         "paced p50 ms": delay.get("p50_ms"),
@@ -468,7 +487,8 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rows = {}
     for name in names:
         per_run = [
-            row_figures(next((r for r in res["rows"] if r["name"] == name), {})) for res in results
+            row_figures(next((r for r in res["rows"] if r["name"] == name), {}), res.get("idle"))
+            for res in results
         ]
         rows[name] = {key: spread([f[key] for f in per_run]) for key in per_run[0]}
     lone = [lone_figures(res.get("lone")) for res in results]
@@ -501,7 +521,13 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     """summary.md: each figure as median (lowest–highest) over the runs."""
     busy = ", ".join(_percent(b) for b in summary["machine_busy_before"])
     fresh = "the whole stack restarted before each run" if summary["fresh"] else "one stack"
-    digits = {"vs floor": 2, "CPU ms/job": 2, "api CPU ms/job": 2, "brokers CPU ms/job": 2}
+    digits = {
+        "vs floor": 2,
+        "CPU ms/job": 2,
+        "of it idle": 2,
+        "api CPU ms/job": 2,
+        "brokers CPU ms/job": 2,
+    }
     first = next(iter(summary["rows"].values()), {})
     headers = ["row", *first]
     body = [
