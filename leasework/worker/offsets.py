@@ -134,7 +134,9 @@ class Offsets:
             log.debug("offsets not stored", extra={"error": error})
 
     async def commit(self) -> None:
-        """Synchronously commit every partition's finished prefix (shutdown)."""
+        """Synchronously commit every partition's finished prefix (shutdown). Abandoned when
+        the shutdown's deadline passes: librdkafka retries a commit for as long as the group's
+        coordinator does not answer, and an uncommitted offset only means a redelivery."""
         positions = self.tracker.positions()
         if not positions:
             return
@@ -147,7 +149,16 @@ class Offsets:
             except KafkaException as exc:
                 return str(exc)
 
-        error = await trio.to_thread.run_sync(commit, limiter=self._limiter)
+        try:
+            error = await trio.to_thread.run_sync(
+                commit, limiter=self._limiter, abandon_on_cancel=True
+            )
+        except trio.Cancelled:
+            log.warning(
+                "final offset commit abandoned at the shutdown deadline (kafka did not answer); "
+                "the messages after the last committed offset will be delivered again"
+            )
+            raise
         if error is not None:
             log.warning("final offset commit failed", extra={"error": error})
 

@@ -6,11 +6,13 @@ and ``leasework dev``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -475,13 +477,17 @@ def test_the_cli_submits_a_jsonl_file_waits_and_retries(client, tmp_path):
     assert refused.returncode == 1 and "line 2.payload.seconds" in refused.stderr
 
 
-def test_leasework_dev_runs_all_roles_in_one_process_and_stops_on_ctrl_c(stack, client, tmp_path):
+@contextlib.contextmanager
+def _dev_process(stack, tmp_path, **extra_env: str):
+    """``leasework dev`` with the stack's app on port 8001, ready, one job run through it;
+    killed on the way out if it is still running."""
     env = {
         **os.environ,
         **stack.app_env("api"),
         "LEASEWORK_OPS_ADDR": "127.0.0.1:8001",
         "LEASEWORK_PROCESS_NAME": "dev-test",
         "LEASEWORK_KAFKA_BROKERS": stack.app_env("worker-1")["LEASEWORK_KAFKA_BROKERS"],
+        **extra_env,
     }
     log = (tmp_path / "dev.log").open("wb")
     dev = subprocess.Popen(
@@ -499,10 +505,51 @@ def test_leasework_dev_runs_all_roles_in_one_process_and_stops_on_ctrl_c(stack, 
         with leasework.Client("http://127.0.0.1:8001") as dev_client:
             job = dev_client.submit("echo", {"from": "dev"})
             assert dev_client.wait(job["id"], timeout=60) == {"from": "dev"}
-        dev.send_signal(signal.SIGINT)
-        assert dev.wait(timeout=40) == 0, (tmp_path / "dev.log").read_text()[-2000:]
+        yield dev
     finally:
         if dev.poll() is None:
             dev.kill()
             dev.wait()
         log.close()
+
+
+def test_leasework_dev_runs_all_roles_in_one_process_and_stops_on_ctrl_c(stack, client, tmp_path):
+    with _dev_process(stack, tmp_path) as dev:
+        dev.send_signal(signal.SIGINT)
+        assert dev.wait(timeout=40) == 0, (tmp_path / "dev.log").read_text()[-2000:]
+
+
+def test_a_worker_stops_within_its_shutdown_timeout_while_kafka_does_not_answer(
+    stack, client, tmp_path
+):
+    """The final offset commit and the consumers' leaving the group wait on the group's
+    coordinator; with every broker stopped they would wait for ever (a CI run's `leasework dev`
+    outlived its 20 s shutdown timeout by more than 20 s while a broker loaded its groups).
+    The shutdown's deadline abandons them: uncommitted offsets are only redeliveries. Without
+    wake-ups the job comes through Kafka, so the worker has joined its groups and may have an
+    offset to commit."""
+    timeout = 1
+    with _dev_process(
+        stack, tmp_path, LEASEWORK_SHUTDOWN_TIMEOUT=str(timeout), LEASEWORK_WORKER_WAKEUPS="false"
+    ) as dev:
+        brokers = ["kafka-1", "kafka-2", "kafka-3"]
+        try:
+            for broker in brokers:
+                stack.pause(broker)
+            dev.send_signal(signal.SIGINT)
+            began = time.monotonic()
+            try:
+                code = dev.wait(timeout=timeout + 20)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"still running {timeout + 20} s after SIGINT (timeout {timeout} s)")
+            took = time.monotonic() - began
+        finally:
+            for broker in brokers:
+                stack.resume(broker)
+        log = (tmp_path / "dev.log").read_text()
+        assert code == 0, log[-2000:]
+        # the deadline, then the process's exit; a consumer's close gives up by itself only
+        # after several seconds, and a commit may not at all
+        assert took < timeout + 3, f"stopped {took:.1f} s after SIGINT"
+        # what the deadline cut short is said (the commit, or the consumers' leaving the group)
+        assert "abandoned at the shutdown deadline" in log or "not closed by the shutdown" in log
