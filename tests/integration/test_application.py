@@ -523,8 +523,9 @@ def test_a_worker_stops_within_its_shutdown_timeout_while_kafka_does_not_answer(
     stack, client, tmp_path
 ):
     """The final offset commit and the consumers' leaving the group wait on the group's
-    coordinator; with every broker stopped they would wait for ever (a CI run's `leasework dev`
-    outlived its 20 s shutdown timeout by more than 20 s while a broker loaded its groups).
+    coordinator; with every broker stopped they took 5 s or more, or never returned (a CI
+    run's `leasework dev` outlived its 20 s shutdown timeout by more than 20 s while a broker
+    loaded its groups).
     The shutdown's deadline abandons them: uncommitted offsets are only redeliveries. Without
     wake-ups the job comes through Kafka, so the worker has joined its groups and may have an
     offset to commit."""
