@@ -108,6 +108,7 @@ class Database:
         kwargs = dict(CONNECT_KWARGS)
         if application_name:
             kwargs["application_name"] = application_name
+        self.application_name = application_name
         self.pool = ConnectionPool(
             dsn,
             min_size=1,
@@ -211,8 +212,11 @@ class Database:
                     _close_transaction(conn)
 
     def connect(self, **overrides: object) -> psycopg.Connection:
-        """A dedicated connection outside the pool (LISTEN, probes); blocking: call in a thread."""
+        """A dedicated connection outside the pool (LISTEN, probes), named as the pool's are;
+        blocking: call in a thread."""
         kwargs = dict(CONNECT_KWARGS)
+        if self.application_name:
+            kwargs["application_name"] = self.application_name
         kwargs.update(overrides)
         return psycopg.connect(self.dsn, **kwargs)
 

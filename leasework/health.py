@@ -84,11 +84,18 @@ class Health:
                 nursery.start_soon(one, name, probe)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await self.check_once()
-        task_status.started()
-        while True:
-            await trio.sleep(self.interval)
+        try:
             await self.check_once()
+            task_status.started()
+            while True:
+                await trio.sleep(self.interval)
+                await self.check_once()
+        finally:
+            # a probe that keeps a connection (leasework.pgprobe) closes it with the process
+            for probe in self.probes.values():
+                close = getattr(probe, "close", None)
+                if close is not None:
+                    close()
 
 
 async def measure_event_loop_lag(period: float = 0.1) -> None:

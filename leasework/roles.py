@@ -18,6 +18,7 @@ from leasework.config import Settings
 from leasework.db import Database
 from leasework.health import Health
 from leasework.kafka import client_config, cluster_probe
+from leasework.pgprobe import PostgresProbe
 from leasework.preflight import Preflight
 from leasework.service import Stopping, run_service
 from leasework.store.schedules import schedules_reconcile
@@ -26,17 +27,8 @@ from leasework.worker.process import Worker
 log = logging.getLogger("leasework.roles")
 
 
-def postgres_probe(db: Database):
-    limiter = trio.CapacityLimiter(1)
-
-    def check() -> None:
-        with db.connect(connect_timeout=2) as conn:
-            conn.execute("SELECT 1")
-
-    async def probe() -> None:
-        await trio.to_thread.run_sync(check, limiter=limiter, abandon_on_cancel=True)
-
-    return probe
+def postgres_probe(db: Database) -> PostgresProbe:
+    return PostgresProbe(lambda: db.connect(connect_timeout=2, autocommit=True))
 
 
 def redis_probe(settings: Settings):
