@@ -98,9 +98,21 @@ class Health:
                     close()
 
 
-async def measure_event_loop_lag(period: float = 0.1) -> None:
-    """Observe how late a short sleep wakes: a blocked event loop shows up here."""
+# seconds a short sleep may wake late before it is logged: a loop blocked that long holds
+# every task of the process (the relay's passes, a worker's claims, the api's requests)
+BLOCKED_LOOP = 0.5
+
+
+async def measure_event_loop_lag(period: float = 0.1, warn_after: float = BLOCKED_LOOP) -> None:
+    """Observe how late a short sleep wakes: a blocked event loop shows up here, and a lag
+    over ``warn_after`` seconds is logged as a warning as well."""
     while True:
         before = trio.current_time()
         await trio.sleep(period)
-        metrics.event_loop_lag.observe(max(0.0, trio.current_time() - before - period))
+        lag = max(0.0, trio.current_time() - before - period)
+        metrics.event_loop_lag.observe(lag)
+        if lag > warn_after:
+            log.warning(
+                "event loop blocked: a task ran without yielding",
+                extra={"blocked_seconds": round(lag, 3)},
+            )

@@ -42,6 +42,10 @@ HEALTH_CONDITION = "outbox-relay"  # the relay's /readyz names this while Kafka 
 # NOTIFY holds a stripe: how late, at most, that transaction's rows are published after it
 # commits (a NOTIFY from any other stripe wakes the relay at once)
 POLL = 0.05
+# seconds from asking for a pass to its commit before the pass is logged with where they went:
+# a paced job waits for every pass in front of it (a stall of a second between insert and
+# publish was seen in the bench's isolation row, cause not yet known)
+SLOW_PASS = 0.5
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,28 @@ class Published(Pass):
         )
 
 
+def slow_pass(
+    began: float, marks: dict[str, float], ended: float, threshold: float = SLOW_PASS
+) -> dict[str, float] | None:
+    """Where a pass's seconds went, when it took over ``threshold`` (None otherwise): from
+    ``began`` (the pass asked for a thread and a pooled connection) through the ``marks`` the
+    pass left (``connected``, ``fetched``, ``published``, ``retired``: monotonic seconds; a
+    pass that found nothing leaves the first two) to ``ended`` (committed)."""
+    if ended - began <= threshold:
+        return None
+    steps = [("waited_for_connection", "connected"), ("fetch", "fetched")]
+    steps += [("publish", "published"), ("retire", "retired")]
+    split, last = {}, began
+    for name, mark in steps:
+        if mark not in marks:
+            break
+        split[f"{name}_s"] = round(marks[mark] - last, 3)
+        last = marks[mark]
+    split["commit_s"] = round(ended - last, 3)
+    split["total_s"] = round(ended - began, 3)
+    return split
+
+
 class OutboxRelay:
     def __init__(
         self,
@@ -109,9 +135,12 @@ class OutboxRelay:
         self.rng = random.Random()
         self.listener = Listener(db, NOTIFY_CHANNEL, gate=wakegate.RELAY_GATE)
         self.published = False  # the last pass sent a produce request
+        self.marks: dict[str, float] = {}  # the running pass's steps (slow_pass)
 
     def _pass(self, conn: psycopg.Connection) -> Published:
+        marks = self.marks = {"connected": time.monotonic()}
         batch = store.outbox_fetch(conn, self.config.batch)
+        marks["fetched"] = time.monotonic()
         rows = batch.messages
         if not rows:
             return Published(0, 0, None, False)
@@ -127,15 +156,23 @@ class OutboxRelay:
         deliveries = self.publisher.publish(
             messages, timeout=self.config.publish_timeout, partitions=partitions
         )
+        marks["published"] = time.monotonic()
         acked = [m.id for m, d in zip(rows, deliveries, strict=True) if d.ok]
         store.outbox_retire(conn, acked)
+        marks["retired"] = time.monotonic()
         failed = [d.error for d in deliveries if not d.ok]
         return Published(len(acked), len(failed), failed[0] if failed else None, batch.full)
 
     async def run_once(self) -> Published:
         """Publish one batch; the health condition says so while Kafka does not acknowledge."""
-        began = trio.current_time()
+        began, clock = trio.current_time(), time.monotonic()
+        self.marks = {}
         done = await self.db.run(self._pass)
+        if split := slow_pass(clock, self.marks, time.monotonic()):
+            log.warning(
+                "slow outbox pass",
+                extra={"rows": done.acknowledged + done.unacknowledged, **split},
+            )
         self.published = bool(done.acknowledged or done.unacknowledged)
         if self.published:  # a produce request went out
             self.pacer.started(began)

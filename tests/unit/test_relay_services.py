@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,12 +20,13 @@ import trio
 
 from leasework import metrics, store, wakegate
 from leasework.config import load
+from leasework.health import measure_event_loop_lag
 from leasework.job import Job
 from leasework.kafka import PublishResult
 from leasework.outcomes import Completion, Outcome
 from leasework.relay import lag, outbox
 from leasework.relay.backlog import BacklogGauge
-from leasework.relay.outbox import OutboxConfig, OutboxRelay, Published
+from leasework.relay.outbox import OutboxConfig, OutboxRelay, Published, slow_pass
 from leasework.relay.promoter import Promoted, Promoter, PromoterConfig
 from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcome, expired_outcomes
@@ -554,3 +556,51 @@ async def test_a_lag_probe_that_cannot_start_is_logged_and_waited_for(monkeypatc
         run = await lag.ConsumerLag(config).run_once()
     assert (run.samples, run.returncode) == (0, None)
     assert [r.getMessage() for r in caplog.records] == ["consumer lag probe could not run"]
+
+
+# --- a slow outbox pass says where its time went ----------------------------------------
+
+
+def test_a_pass_under_the_threshold_is_not_reported():
+    marks = {"connected": 10.01, "fetched": 10.02, "published": 10.3, "retired": 10.31}
+    assert slow_pass(10.0, marks, 10.4, threshold=0.5) is None
+
+
+def test_a_slow_pass_is_split_into_its_steps():
+    marks = {"connected": 10.7, "fetched": 10.75, "published": 11.05, "retired": 11.1}
+    assert slow_pass(10.0, marks, 11.2, threshold=0.5) == {
+        "waited_for_connection_s": 0.7,
+        "fetch_s": 0.05,
+        "publish_s": 0.3,
+        "retire_s": 0.05,
+        "commit_s": 0.1,
+        "total_s": 1.2,
+    }
+
+
+def test_a_slow_pass_that_found_nothing_has_only_its_first_steps():
+    split = slow_pass(10.0, {"connected": 10.1, "fetched": 10.9}, 11.0, threshold=0.5)
+    assert split == {
+        "waited_for_connection_s": 0.1,
+        "fetch_s": 0.8,
+        "commit_s": 0.1,
+        "total_s": 1.0,
+    }
+
+
+# --- a blocked event loop is logged ---------------------------------------------------------
+
+
+async def test_a_blocked_event_loop_is_logged_and_a_short_lag_is_not(caplog):
+    caplog.set_level(logging.WARNING, logger="leasework.health")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(measure_event_loop_lag, 0.01, 0.2)
+        await trio.sleep(0.05)
+        time.sleep(0.05)  # noqa: ASYNC251 - blocks the loop on purpose, under the threshold
+        await trio.sleep(0.05)
+        assert not [r for r in caplog.records if r.msg.startswith("event loop blocked")]
+        time.sleep(0.3)  # noqa: ASYNC251 - blocks the loop on purpose, over the threshold
+        await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    blocked = [r for r in caplog.records if r.msg.startswith("event loop blocked")]
+    assert len(blocked) == 1 and blocked[0].blocked_seconds >= 0.25
