@@ -136,14 +136,18 @@ class Database:
     async def close(self) -> None:
         await trio.to_thread.run_sync(lambda: self.pool.close(timeout=5.0))
 
-    async def run(self, fn: Callable[..., T], *args: object) -> T:
+    async def run(self, fn: Callable[..., T], *args: object, abandon_on_cancel: bool = False) -> T:
         """Run ``fn(conn, *args)`` in one transaction on a pooled connection, in a thread.
 
         A connection that turns out dead while ``fn`` runs (Postgres restarted under a busy
         pool, whose connections the idle check let through) cannot have committed anything:
         the pool's connections are checked and ``fn`` runs once more on a working one. A
-        failure of the COMMIT itself is never retried (its outcome is unknown)."""
-        return await self._in_thread(fn, args, _Mode.TRANSACTION)
+        failure of the COMMIT itself is never retried (its outcome is unknown).
+
+        A cancel waits for the thread, unless ``abandon_on_cancel``: then the caller goes on
+        and the thread finishes (or commits) on its own, for a process that is about to exit
+        (see :meth:`leasework.service.Stopping.finishing`)."""
+        return await self._in_thread(fn, args, _Mode.TRANSACTION, abandon_on_cancel)
 
     async def read(self, fn: Callable[..., T], *args: object) -> T:
         """Run ``fn(conn, *args)``, a read of one statement, outside a transaction block
@@ -177,7 +181,13 @@ class Database:
         A transaction left open by a failed statement is rolled back."""
         return await self._in_thread(fn, args, _Mode.TRANSACT)
 
-    async def _in_thread(self, fn: Callable[..., T], args: tuple[object, ...], mode: _Mode) -> T:
+    async def _in_thread(
+        self,
+        fn: Callable[..., T],
+        args: tuple[object, ...],
+        mode: _Mode,
+        abandon_on_cancel: bool = False,
+    ) -> T:
         def call() -> T:
             try:
                 return self._once(fn, args, mode)
@@ -189,7 +199,9 @@ class Database:
                 except _DeadConnection as again:
                     raise again.__cause__ from None  # type: ignore[misc]
 
-        return await trio.to_thread.run_sync(call, limiter=self.limiter)
+        return await trio.to_thread.run_sync(
+            call, limiter=self.limiter, abandon_on_cancel=abandon_on_cancel
+        )
 
     def _once(self, fn: Callable[..., T], args: tuple[object, ...], mode: _Mode) -> T:
         """``fn`` on a pooled connection as ``mode`` says; raises :class:`_DeadConnection`

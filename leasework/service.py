@@ -10,8 +10,10 @@ cancelled.
 from __future__ import annotations
 
 import logging
+import math
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -71,22 +73,49 @@ def server_limits(graceful: float) -> ServerLimits:
 
 
 class Stopping:
-    """Set once, when the process was asked to stop; roles poll it or wait on it."""
+    """Set once, when the process was asked to stop; roles poll it or wait on it. ``deadline``
+    is the shutdown's, on trio's clock: infinite until a stop names one."""
 
     def __init__(self) -> None:
         self._event = trio.Event()
         self.reason = ""
+        self.deadline = math.inf
+        self._finishing: set[trio.CancelScope] = set()
 
-    def set(self, reason: str) -> None:
+    def set(self, reason: str, deadline: float = math.inf) -> None:
         if not self._event.is_set():
             self.reason = reason
             self._event.set()
+            self._move_deadline(deadline)
+
+    def cut_short(self) -> None:
+        """A second signal: whatever :meth:`finishing` still lets run is cancelled now."""
+        self._move_deadline(-math.inf)
+
+    def _move_deadline(self, deadline: float) -> None:
+        self.deadline = deadline
+        for scope in self._finishing:
+            scope.deadline = deadline
 
     def is_set(self) -> bool:
         return self._event.is_set()
 
     async def wait(self) -> None:
         await self._event.wait()
+
+    @contextmanager
+    def finishing(self) -> Iterator[trio.CancelScope]:
+        """A block that a stop lets finish, until the shutdown's deadline and no longer: it is
+        shielded from the cancel that ends its task at the stop (the relay cancels its services
+        then), not from the deadline. A thread it waits on with ``abandon_on_cancel`` is
+        abandoned at the deadline instead of being waited for (a publish that Kafka does not
+        answer held a relay for the producer's 15 s message timeout)."""
+        with trio.CancelScope(shield=True, deadline=self.deadline) as scope:
+            self._finishing.add(scope)
+            try:
+                yield scope
+            finally:
+                self._finishing.discard(scope)
 
 
 async def serve_http(
@@ -130,8 +159,9 @@ async def run_service(
                 "draining", extra={"signal": reason, "timeout_seconds": settings.shutdown_timeout}
             )
             health.conditions["shutdown"] = f"draining after {reason}"
-            stopping.set(reason)
-            nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_timeout
+            deadline = trio.current_time() + settings.shutdown_timeout
+            stopping.set(reason, deadline)
+            nursery.cancel_scope.deadline = deadline
 
         async def watch_signals() -> None:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -139,6 +169,7 @@ async def run_service(
                     name = signal.Signals(signum).name
                     if stopping.is_set():
                         log.warning("second signal: stopping now", extra={"signal": name})
+                        stopping.cut_short()
                         nursery.cancel_scope.cancel()
                         return
                     drain(name)

@@ -33,6 +33,7 @@ from leasework.listen import Listener
 from leasework.pacing import Pacer
 from leasework.relay.placement import PER_PARTITION, place
 from leasework.relay.service import MAX_BACKOFF, Backoff, Pass, Setback, run_passes
+from leasework.service import Stopping
 
 log = logging.getLogger("leasework.relay.outbox")
 
@@ -126,8 +127,13 @@ class OutboxRelay:
         publisher: BlockingPublisher,
         config: OutboxConfig,
         health_conditions: dict[str, str],
+        stopping: Stopping | None = None,
     ) -> None:
         self.db = db
+        # a pass runs to its end at a stop (its rows retired as Kafka acknowledged them), until
+        # the shutdown's deadline, where it is abandoned: its transaction never commits, so its
+        # rows stay for the next relay (a redelivery, if Kafka had them: the fence absorbs it)
+        self.stopping = stopping or Stopping()
         self.publisher = publisher
         self.config = config
         self.health_conditions = health_conditions
@@ -167,7 +173,15 @@ class OutboxRelay:
         """Publish one batch; the health condition says so while Kafka does not acknowledge."""
         began, clock = trio.current_time(), time.monotonic()
         self.marks = {}
-        done = await self.db.run(self._pass)
+        with self.stopping.finishing() as finishing:
+            done = await self.db.run(self._pass, abandon_on_cancel=True)
+        if finishing.cancelled_caught:
+            log.warning(
+                "outbox pass abandoned at the shutdown deadline (kafka did not acknowledge in "
+                "time); its rows stay in the outbox for the next relay"
+            )
+            # the deadline is the whole process's: its cancel ends this task at once
+            await trio.sleep_forever()
         if split := slow_pass(clock, self.marks, time.monotonic()):
             log.warning(
                 "slow outbox pass",

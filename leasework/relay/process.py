@@ -32,10 +32,14 @@ def services(
     db: Database,
     publisher: BlockingPublisher,
     health_conditions: dict[str, str],
+    stopping: Stopping | None = None,
 ) -> list[Service]:
-    """Every service of one relay, configured from ``settings``."""
+    """Every service of one relay, configured from ``settings``; the outbox relay's pass runs
+    on after ``stopping`` until its deadline."""
     return [
-        OutboxRelay(db, publisher, OutboxConfig.from_settings(settings), health_conditions),
+        OutboxRelay(
+            db, publisher, OutboxConfig.from_settings(settings), health_conditions, stopping
+        ),
         Promoter(db, PromoterConfig.from_settings(settings)),
         Scheduler(db, SchedulerConfig.from_settings(settings)),
         Reaper(db, ReaperConfig.from_settings(settings)),
@@ -55,10 +59,11 @@ async def run(
         settings.kafka_brokers, settings.process_name, settings.kafka_properties
     )
     async with trio.open_nursery() as nursery:
-        for service in services(settings, db, publisher, conditions):
+        for service in services(settings, db, publisher, conditions, stopping):
             nursery.start_soon(service.run)
         await stopping.wait()
-        # threads finish the batch they hold (a to_thread call is not abandoned), then stop
+        # threads finish the batch they hold (a to_thread call is not abandoned; the outbox
+        # relay's, whose publish waits on Kafka, is at the shutdown's deadline), then stop
         nursery.cancel_scope.cancel()
     # what is still in flight gets up to 5 s, within the shutdown's deadline (rows Kafka did
     # not acknowledge stay in the outbox for the next relay)

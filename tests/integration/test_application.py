@@ -519,6 +519,48 @@ def test_leasework_dev_runs_all_roles_in_one_process_and_stops_on_ctrl_c(stack, 
         assert dev.wait(timeout=40) == 0, (tmp_path / "dev.log").read_text()[-2000:]
 
 
+SHUTDOWN_TIMEOUT = 1  # seconds: the `leasework dev` of the tests that stop Kafka under it
+
+
+def _sigint_while_kafka_is_stopped(
+    stack, dev: subprocess.Popen, tmp_path, before_signal=lambda: None
+) -> str:
+    """SIGINT ``dev`` with all three brokers SIGSTOPped (``before_signal`` runs once they
+    are); it must exit with status 0 within its shutdown timeout plus 3 s (the deadline, then
+    the process's exit). Returns its log."""
+    brokers = ["kafka-1", "kafka-2", "kafka-3"]
+    try:
+        for broker in brokers:
+            stack.pause(broker)
+        before_signal()
+        dev.send_signal(signal.SIGINT)
+        began = time.monotonic()
+        try:
+            code = dev.wait(timeout=SHUTDOWN_TIMEOUT + 20)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running {SHUTDOWN_TIMEOUT + 20} s after SIGINT")
+        took = time.monotonic() - began
+    finally:
+        for broker in brokers:
+            stack.resume(broker)
+    log = (tmp_path / "dev.log").read_text()
+    assert code == 0, log[-2000:]
+    assert took < SHUTDOWN_TIMEOUT + 3, f"stopped {took:.1f} s after SIGINT"
+    return log
+
+
+def _dev_through_kafka(stack, tmp_path):
+    """``leasework dev`` with the short shutdown timeout, without wake-ups: its jobs come
+    through Kafka, so its worker has joined its groups, and its relay has every outbox row
+    (a wake-up's claim retires a job's row)."""
+    return _dev_process(
+        stack,
+        tmp_path,
+        LEASEWORK_SHUTDOWN_TIMEOUT=str(SHUTDOWN_TIMEOUT),
+        LEASEWORK_WORKER_WAKEUPS="false",
+    )
+
+
 def test_a_worker_stops_within_its_shutdown_timeout_while_kafka_does_not_answer(
     stack, client, tmp_path
 ):
@@ -526,31 +568,50 @@ def test_a_worker_stops_within_its_shutdown_timeout_while_kafka_does_not_answer(
     coordinator; with every broker stopped they took 5 s or more, or never returned (a CI
     run's `leasework dev` outlived its 20 s shutdown timeout by more than 20 s while a broker
     loaded its groups).
-    The shutdown's deadline abandons them: uncommitted offsets are only redeliveries. Without
-    wake-ups the job comes through Kafka, so the worker has joined its groups and may have an
-    offset to commit."""
-    timeout = 1
-    with _dev_process(
-        stack, tmp_path, LEASEWORK_SHUTDOWN_TIMEOUT=str(timeout), LEASEWORK_WORKER_WAKEUPS="false"
-    ) as dev:
-        brokers = ["kafka-1", "kafka-2", "kafka-3"]
-        try:
-            for broker in brokers:
-                stack.pause(broker)
-            dev.send_signal(signal.SIGINT)
-            began = time.monotonic()
-            try:
-                code = dev.wait(timeout=timeout + 20)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"still running {timeout + 20} s after SIGINT (timeout {timeout} s)")
-            took = time.monotonic() - began
-        finally:
-            for broker in brokers:
-                stack.resume(broker)
-        log = (tmp_path / "dev.log").read_text()
-        assert code == 0, log[-2000:]
-        # the deadline, then the process's exit; a consumer's close gives up by itself only
-        # after several seconds, and a commit may not at all
-        assert took < timeout + 3, f"stopped {took:.1f} s after SIGINT"
+    The shutdown's deadline abandons them: uncommitted offsets are only redeliveries."""
+    with _dev_through_kafka(stack, tmp_path) as dev:
+        log = _sigint_while_kafka_is_stopped(stack, dev, tmp_path)
         # what the deadline cut short is said (the commit, or the consumers' leaving the group)
         assert "abandoned at the shutdown deadline" in log or "not closed by the shutdown" in log
+
+
+def _held_by_a_relay(db, job_id: str) -> bool:
+    """The job's outbox row exists and a relay's pass holds it (its publish is under way)."""
+    with db.transaction():
+        rows = db.execute("SELECT count(*) AS n FROM outbox WHERE job_id = %s", (job_id,))
+        free = db.execute(
+            "SELECT 1 FROM outbox WHERE job_id = %s FOR UPDATE SKIP LOCKED", (job_id,)
+        ).fetchall()
+        return rows.fetchone()["n"] == 1 and not free
+
+
+def test_the_relay_stops_within_the_shutdown_timeout_while_its_publish_waits_on_kafka(
+    stack, client, db, tmp_path
+):
+    """A relay pass holds its rows while Kafka acknowledges them, and a publish gives up only
+    at the producer's message timeout (15 s). Its thread was waited for at shutdown: a CI
+    run's `leasework dev` stopped 14.9 s after SIGINT with a 1 s timeout. The deadline
+    abandons it: the pass's transaction never commits, so its rows stay in the outbox for the
+    next relay (Kafka may have them already: a redelivery, which the fence absorbs).
+    The stack's relay is stopped, so the row is this process's relay's to publish."""
+    stack.stop("relay")
+    try:
+        with _dev_through_kafka(stack, tmp_path) as dev:
+            job: dict = {}
+
+            def submit_and_wait_for_the_publish() -> None:
+                with leasework.Client("http://127.0.0.1:8001") as dev_client:
+                    job.update(dev_client.submit("echo", {"from": "dev", "kafka": "stopped"}))
+                wait_for(lambda: _held_by_a_relay(db, job["id"]), 10, "the relay's publish")
+
+            log = _sigint_while_kafka_is_stopped(
+                stack, dev, tmp_path, submit_and_wait_for_the_publish
+            )
+            assert "outbox pass abandoned at the shutdown deadline" in log, log[-2000:]
+            # nothing lost: the row is still there, free, for the next relay
+            assert not _held_by_a_relay(db, job["id"])
+            found = db.execute("SELECT count(*) AS n FROM outbox WHERE job_id = %s", (job["id"],))
+            assert found.fetchone()["n"] == 1
+    finally:
+        stack.start("relay")
+    assert wait_status(client, job["id"], {"succeeded"}, timeout=60)["status"] == "succeeded"

@@ -31,6 +31,7 @@ from leasework.relay.promoter import Promoted, Promoter, PromoterConfig
 from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.relay.reaper import Reaper, ReaperConfig, expired_outcome, expired_outcomes
 from leasework.relay.service import Backoff, Pass, Setback, run_passes
+from leasework.service import Stopping
 from leasework.states import IllegalTransition, Status
 from leasework.store.relay import OutboxBatch, OutboxMessage
 
@@ -242,7 +243,7 @@ def test_the_reapers_config_comes_from_the_settings():
 class Db:
     """A Database whose calls run ``fn`` on no connection (the statements are stand-ins)."""
 
-    async def run(self, fn, *args):
+    async def run(self, fn, *args, abandon_on_cancel=False):
         return fn(None, *args)
 
 
@@ -333,6 +334,35 @@ async def test_an_outbox_pass_deletes_what_kafka_acknowledged_and_says_when_it_d
     assert rows.rows == [] and conditions == {"other": "kept"}
 
 
+async def test_an_outbox_pass_in_flight_at_a_stop_runs_until_the_deadline_then_is_abandoned(
+    autojump_clock, caplog
+):
+    """The relay cancels its services at a stop; a pass whose publish waits on Kafka goes on
+    until the shutdown's deadline, where its thread is abandoned (it was waited for: a
+    `leasework dev` with a 1 s timeout stopped 14.9 s after SIGINT), and says so."""
+    stopping, calls = Stopping(), []
+
+    class Unanswered(Db):
+        async def run(self, fn, *args, abandon_on_cancel=False):
+            calls.append(abandon_on_cancel)
+            await trio.sleep(15)  # the producer's message timeout
+            return Published(1, 0, None, False)
+
+    relay = OutboxRelay(Unanswered(), Kafka(), OutboxConfig(), {}, stopping)  # type: ignore[arg-type]
+    caplog.set_level(logging.WARNING, "leasework.relay.outbox")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay.run)
+        await trio.sleep(1)
+        stopping.set("SIGINT", trio.current_time() + 1)
+        nursery.cancel_scope.cancel()
+    assert trio.current_time() == 2.0  # the deadline, not the publish's 16
+    assert calls == [True]
+    assert [r.getMessage() for r in caplog.records] == [
+        "outbox pass abandoned at the shutdown deadline (kafka did not acknowledge in time); "
+        "its rows stay in the outbox for the next relay"
+    ]
+
+
 async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_after_a_notify(
     monkeypatch, autojump_clock
 ):
@@ -343,7 +373,7 @@ async def test_the_outbox_relay_backs_off_runs_full_batches_at_once_and_paces_af
     stop = trio.CancelScope()
 
     class Watched(Db):
-        async def run(self, fn, *args):
+        async def run(self, fn, *args, **kwargs):
             passes.append((trio.current_time(), len(rows.rows)))
             if len(passes) == 2:
                 kafka.refusing = set()
@@ -420,7 +450,7 @@ async def test_a_relay_that_cannot_arm_tries_again_every_poll_and_looks_once_it_
     stop = trio.CancelScope()
 
     class Watched(Db):
-        async def run(self, fn, *args):
+        async def run(self, fn, *args, **kwargs):
             passes.append(trio.current_time())
             if len(passes) == 3:
                 stop.cancel()
