@@ -28,7 +28,12 @@ from .services import Service, build_services
 from .services import toxiproxy as toxi
 from .services.apps import ensure_tokens
 from .services.apps import run_migrate as _run_migrate
-from .services.kafka_admin import cluster_problems, ensure_scram_user, ensure_topics
+from .services.kafka_admin import (
+    cluster_problems,
+    elect_preferred_leaders,
+    ensure_scram_user,
+    ensure_topics,
+)
 from .services.prometheus import scratch_prometheus as _scratch_prometheus
 from .status import ServiceStatus
 
@@ -363,7 +368,9 @@ class Stack:
         A running service started with an outdated configuration (see ``Service.stale``:
         a Kafka node's server.properties, a leasework process's stack defaults) is
         restarted, one at a time; after each Kafka node the whole cluster must be ready
-        again (all brokers, leaders, ISR >= 2) before the next one goes down."""
+        again (all brokers, leaders, ISR >= 2) before the next one goes down. Then every
+        partition's leadership goes back to its preferred replica (brokers started one after
+        another leave the first one leading all of them)."""
         t0 = time.monotonic()
         with self._locked():
             if mode is not None:
@@ -390,6 +397,10 @@ class Stack:
             self.restart_stale(
                 KAFKA_NAMES, timeout, then=lambda: self.wait_kafka_cluster(timeout or 120.0)
             )
+            with step("kafka: leaders on their preferred replicas"):
+                moved, off = elect_preferred_leaders()
+                if moved or off:
+                    log.info("leaders moved back: %d; still off their preferred: %d", moved, off)
             with step("kafka: SCRAM user of the SECURE listeners"):
                 ensure_scram_user()
             if apps:

@@ -6,6 +6,11 @@ import time
 
 import httpx
 
+from devstack.services.kafka_admin import (
+    cluster_metadata,
+    elect_preferred_leaders,
+    leaders_off_preferred,
+)
 from tests.integration.conftest import readyz, wait_for, wait_status
 
 WORKER_PORT = 9101
@@ -99,3 +104,28 @@ def test_delivery_goes_on_while_one_kafka_broker_is_killed(stack, client):
     finally:
         stack.start("kafka-2")
         stack.wait_ready("kafka-2", timeout=120)
+
+
+def _leaders() -> set[int]:
+    return {p.leader for t in cluster_metadata().topics.values() for p in t.partitions.values()}
+
+
+def test_after_a_broker_restart_its_partitions_are_led_by_their_preferred_replicas_again(stack):
+    """A broker that comes back leads nothing until Kafka's imbalance check (every 300 s by
+    default); after a fresh start the first broker up led all 112 partitions, and one broker
+    took all the load of the bench's runs. `up` elects the preferred leaders back."""
+    stack.kill("kafka-2")
+    try:
+        wait_for(lambda: 2 not in _leaders(), 60, "kafka-2's partitions led by other brokers")
+    finally:
+        stack.start("kafka-2")
+        stack.wait_ready("kafka-2", timeout=120)
+    stack.wait_kafka_cluster()
+    off = wait_for(
+        lambda: leaders_off_preferred(cluster_metadata()), 60, "kafka-2 in sync, leading nothing"
+    )
+    assert all(cluster_metadata().topics[t].partitions[p].replicas[0] == 2 for t, p in off), off
+    moved, still_off = elect_preferred_leaders()
+    assert still_off == 0 and moved > 0
+    assert leaders_off_preferred(cluster_metadata()) == []
+    assert 2 in _leaders()
