@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 import time
 import uuid
@@ -59,6 +60,13 @@ async def aclient(stack: Stack):
 def db(stack: Stack):
     with psycopg.connect(DIRECT_DSN, autocommit=True, row_factory=dict_row) as conn:
         yield conn
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a process a test starts by hand)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2):

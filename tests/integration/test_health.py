@@ -5,7 +5,6 @@ old one still hangs."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import psycopg
@@ -16,17 +15,11 @@ from chaos.toxiproxy import RUNTIME_PREFIX, ToxiproxyClient
 from devstack import layout
 from leasework.health import Health
 from leasework.pgprobe import PostgresProbe
-from tests.integration.conftest import DIRECT_DSN
+from tests.integration.conftest import DIRECT_DSN, free_port
 
 # runtime proxies of this prefix are the harness's to clean up, should a run leave them
 HUNG = f"{RUNTIME_PREFIX}pgprobe-test-hung"
 FRESH = f"{RUNTIME_PREFIX}pgprobe-test-fresh"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def backends(name: str) -> list[int]:

@@ -22,7 +22,7 @@ import pytest
 
 from devstack import layout
 from devstack.services.apps import app_env
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNC_OFF = "options=-c%20synchronous_commit%3Doff"
@@ -31,12 +31,6 @@ SYNC_OFF_DSN = f"{layout.POSTGRES_DSN}?{SYNC_OFF}"
 UNMIGRATED_DSN = layout.POSTGRES_DSN.rsplit("/", 1)[0] + "/postgres"
 EXIT_TIMEOUT = 30.0  # the checks' own budget (12 s) and the interpreter's start, generously
 READY_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Role:

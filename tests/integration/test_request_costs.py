@@ -29,7 +29,7 @@ from leasework.api.limits import BodyLimits
 from leasework.config import Settings
 from leasework.demo import app as demo_app
 from leasework.tokens import new_token
-from tests.integration.conftest import API_URL, DIRECT_DSN, auth, wait_for
+from tests.integration.conftest import API_URL, DIRECT_DSN, auth, free_port, wait_for
 from tools import bystander
 
 LIMITS = BodyLimits.from_settings(Settings(role="api", process_name="api"))  # the stack's api
@@ -271,12 +271,6 @@ def test_alertmanagers_webhook_token_has_a_rate(stack, db):
 
 
 # ---------------------------------------------------------------- the internal listener
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def test_metrics_and_dependency_errors_can_live_on_an_internal_listener(stack, tmp_path):
