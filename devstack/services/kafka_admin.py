@@ -123,9 +123,9 @@ def elect_preferred_leaders(
     Brokers that start one after another leave the first one up leading every partition (a
     fresh `up`: broker 3 led all 112), and Kafka moves them back only at its imbalance check,
     every 300 s by default: until then one broker takes every produce, fetch and follower
-    fetch (in fresh bench runs one broker's CPU per job was four times the others', and its
-    produce round trips reached 0.5-1.3 s under load). Never fails the caller: a cluster
-    whose leaders stay off their preferred replicas works, only slower."""
+    fetch (in fresh bench runs one broker's CPU per job was three to four times the others',
+    and its produce round trips reached 0.5-1.3 s under load). Never fails the caller: a
+    cluster whose leaders stay off their preferred replicas works, only slower."""
     from confluent_kafka import ElectionType, KafkaException, TopicPartition
 
     admin = _admin(bootstrap)

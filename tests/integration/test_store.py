@@ -298,7 +298,10 @@ def test_a_relay_pass_takes_each_topics_oldest_rows_in_turn(conn):
     alone = store_relay.outbox_fetch(conn, 100_000)
     assert not alone.full  # what is left fits: no pair filled its share
     # an empty outbox (the relay's every idle pass): no pairs, no rows. The stack's relay
-    # skips the rows this rolled-back delete holds for the moment.
+    # skips the rows this rolled-back delete holds for the moment. Nothing may commit a row
+    # between the delete and the fetch (a CI run's promoter re-published a job an earlier
+    # test left deferred there): the table is locked against writers until the rollback.
+    conn.execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
     conn.execute("DELETE FROM outbox")
     assert store_relay.outbox_fetch(conn, 1000) == store_relay.OutboxBatch([], False)
 
