@@ -130,20 +130,21 @@ def elect_preferred_leaders(
 
     admin = _admin(bootstrap)
     deadline = time.monotonic() + timeout
-    moved = 0
+    moved, off = 0, []
     while True:
-        off = leaders_off_preferred(admin.list_topics(timeout=5.0))
-        if not off or time.monotonic() > deadline:
-            return moved, len(off)
-        partitions = [TopicPartition(topic, pid) for topic, pid in off]
         try:
+            off = leaders_off_preferred(admin.list_topics(timeout=5.0))
+            if not off:
+                return moved, 0
+            partitions = [TopicPartition(topic, pid) for topic, pid in off]
             # no timeouts passed: confluent-kafka 2.16.1's binding refuses its own keyword
             # arguments ("more argument specifiers than keyword list entries")
             results = admin.elect_leaders(ElectionType.PREFERRED, partitions).result(20.0)
-        except KafkaException as exc:
-            log.warning("kafka: preferred leader election failed, trying again: %s", exc)
-        else:
             moved += sum(error is None for error in results.values())
+        except (KafkaException, TimeoutError) as exc:
+            log.warning("kafka: preferred leader election failed, trying again: %s", exc)
+        if time.monotonic() > deadline:
+            return moved, len(off)
         time.sleep(0.5)  # the metadata catches up with the elections
 
 
