@@ -68,7 +68,11 @@ _returned: weakref.WeakKeyDictionary[psycopg.Connection, float] = weakref.WeakKe
 
 
 def mark_returned(conn: psycopg.Connection) -> None:
-    """The pool's ``reset`` callback: when the connection went back to the pool."""
+    """Note when ``conn`` goes back to the pool (:meth:`Database._once` calls it as it hands
+    the connection back). Not the pool's ``reset`` callback: with one, psycopg_pool returns
+    every connection through a task on its own worker thread (a queue put, a thread wake-up
+    and a GIL hand-off per database call, a tenth of a worker's Python CPU under load), and
+    the connection is lent again only once that thread got to it."""
     _returned[conn] = time.monotonic()
 
 
@@ -125,7 +129,6 @@ class Database:
             # Postgres restart is replaced, not handed to the next caller); a busy one is not
             # (no round trip per call under load)
             check=check_if_idle,
-            reset=mark_returned,
             name=name,
         )
         self.limiter = trio.CapacityLimiter(max_size)
@@ -222,6 +225,7 @@ class Database:
             finally:
                 if mode is not _Mode.TRANSACTION:
                     _close_transaction(conn)
+                mark_returned(conn)
 
     def connect(self, **overrides: object) -> psycopg.Connection:
         """A dedicated connection outside the pool (LISTEN, probes), named as the pool's are;

@@ -159,6 +159,11 @@ completer_batch_size = Histogram(
     "Outcomes per completer write",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200),
 )
+claim_batch_size = Histogram(
+    "leasework_claim_batch_size",
+    "Messages per claim of a batch (each batch costs a row read, a lease script and a stamp)",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200),
+)
 rate_limit_unavailable = Counter(
     "leasework_rate_limit_unavailable",
     "Requests let through unmetered because the rate-limit store (Redis) was unreachable",

@@ -470,6 +470,7 @@ class ClaimStage:
 
     async def claim_batch(self, messages: list[Consumed], nursery: trio.Nursery) -> None:
         self._last_claim = trio.current_time()
+        metrics.claim_batch_size.observe(len(messages))
         batch = split(messages)
         for message, reason in batch.skipped:
             if reason == "undecodable":

@@ -13,8 +13,10 @@ import psycopg
 import pytest
 import trio
 from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool
 
 from devstack.layout import POSTGRES_DIRECT_DSN, REDIS_PORT
+from leasework import db as db_module
 from leasework import store
 from leasework.db import Database
 from leasework.demo import app as demo_app
@@ -305,6 +307,40 @@ async def test_a_transaction_that_fails_in_its_round_trip_is_rolled_back_and_not
     assert (await job(db, job_id)).max_attempts != 9
     for _ in range(4):
         assert await db.run(lambda conn: conn.autocommit) is False
+
+
+async def test_a_connection_back_from_a_call_goes_out_unchecked_and_one_left_idle_is_checked(
+    db, monkeypatch
+):
+    """The pool's idle check (db.check_if_idle) costs a round trip only for a connection that
+    sat unused past IDLE_CHECK_SECONDS: each call marks its connection as it hands it back (in
+    its own thread, not through a task on the pool's worker thread), so a busy pool lends its
+    connections unchecked."""
+    checked: list[int] = []
+    check = ConnectionPool.check_connection
+
+    def counted(conn):
+        checked.append(conn.info.backend_pid)
+        check(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counted))
+
+    async def call_on_every_connection() -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):  # the pool's max_size: each connection is lent at least once
+                nursery.start_soon(db.read, lambda conn: conn.execute("SELECT pg_sleep(0.05)"))
+
+    await call_on_every_connection()  # connections not lent before are checked, once
+    checked.clear()
+    for _ in range(3):
+        await call_on_every_connection()
+        for _ in range(5):
+            await db.read(lambda conn: conn.execute("SELECT 1"))
+    assert checked == []
+    monkeypatch.setattr(db_module, "IDLE_CHECK_SECONDS", 0.2)
+    await trio.sleep(0.3)
+    await db.read(lambda conn: conn.execute("SELECT 1"))
+    assert len(checked) == 1
 
 
 def later_job() -> dict:

@@ -114,6 +114,19 @@ async def test_a_batch_is_claimed_once_and_every_message_ends_finished_or_handed
     assert skipped_count("undecodable") == undecodable + 1
 
 
+async def test_each_batch_claimed_is_counted_by_its_size():
+    def batches() -> tuple[float, float]:
+        count = REGISTRY.get_sample_value("leasework_claim_batch_size_count") or 0.0
+        total = REGISTRY.get_sample_value("leasework_claim_batch_size_sum") or 0.0
+        return count, total
+
+    before = batches()
+    job_ids = [uuid.uuid4() for _ in range(3)]
+    claimer = Claimer(lambda ids: ClaimResult(skipped=dict.fromkeys(ids, Skip.MISSING)))
+    await run_stage(claimer, [Consumed(0, i, j) for i, j in enumerate(job_ids)])
+    assert batches() == (before[0] + 1, before[1] + 3)
+
+
 async def test_what_the_batch_could_not_decide_is_claimed_alone_with_backoff(autojump_clock):
     job_id = uuid.uuid4()
     answers = [
