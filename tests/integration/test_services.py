@@ -330,7 +330,13 @@ async def test_a_connection_back_from_a_call_goes_out_unchecked_and_one_left_idl
             for _ in range(4):  # the pool's max_size: each connection is lent at least once
                 nursery.start_soon(db.read, lambda conn: conn.execute("SELECT pg_sleep(0.05)"))
 
-    await call_on_every_connection()  # connections not lent before are checked, once
+    # the pool grows one connection at a time while callers wait: until it has all four,
+    # then one more round lends each of them (a connection not lent before is checked, once)
+    for _ in range(50):
+        await call_on_every_connection()
+        if db.pool.get_stats().get("pool_size") == 4:
+            break
+    await call_on_every_connection()
     checked.clear()
     for _ in range(3):
         await call_on_every_connection()
