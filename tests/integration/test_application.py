@@ -621,8 +621,7 @@ def test_the_relay_stops_within_the_shutdown_timeout_while_its_publish_waits_on_
             assert "outbox pass abandoned at the shutdown deadline" in log, log[-2000:]
             # nothing lost: the row is still there, free, for the next relay
             assert not _held_by_a_relay(db, job["id"])
-            found = db.execute("SELECT count(*) AS n FROM outbox WHERE job_id = %s", (job["id"],))
-            assert found.fetchone()["n"] == 1
+            assert _outbox_rows(job["id"]) == 1
     finally:
         stack.start("relay")
     assert wait_status(client, job["id"], {"succeeded"}, timeout=60)["status"] == "succeeded"
