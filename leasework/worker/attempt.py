@@ -51,7 +51,8 @@ class Executor:
         job = started.job
         metrics.scheduling_delay.observe(job.scheduling_delay)
         job_type = self.app.get(job.type)
-        assert job_type is not None, "unknown types are deferred before the claim"
+        if job_type is None:
+            return self.undefined(job)
         ctx = JobContext(
             job_id=job.id,
             type=job.type,
@@ -75,6 +76,26 @@ class Executor:
             return effect_failure(job, exc, self.defaults, permanent=job_type.is_permanent(exc))
 
         return Completion(job.id, job.fence, outcome, effects, effect_failed)
+
+    def undefined(self, job: Job) -> Completion:
+        """A job of a type the app does not define, started all the same: its message named
+        another type (the claim trusts a message's type, :meth:`Claimer.claim`; only a writer
+        to ``jobs.ready`` other than the relay could make one). The attempt fails, so the job
+        retries with its backoff, and the retry's message names the row's own type."""
+        why = (
+            f"this worker's app ({self.app.name}) does not define type {job.type!r}; the "
+            "message that delivered the job named another type"
+        )
+        outcome = outcome_of(
+            job, HandlerResult(error=why), self.defaults, timed_out=False, cancelled_by=None
+        )
+        return Completion(
+            job.id,
+            job.fence,
+            outcome,
+            (),
+            lambda exc: effect_failure(job, exc, self.defaults, permanent=False),
+        )
 
     async def _call(
         self, job: Job, job_type: JobType, ctx: JobContext, running: RunningJob

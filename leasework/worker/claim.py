@@ -6,7 +6,10 @@ marked finished), so the same job twice in one batch runs once. The rest is clai
 :class:`Claimer` in three round trips whatever its size: the job rows in one query, the
 leases in one Redis script (a fence per job), the ``running`` stamps in one statement (each
 row still conditioned on ``queued`` and a fence above the stored one, its transaction one
-round trip), the lease and the stamp in one thread hop. Messages for jobs
+round trip), the lease and the stamp in one thread hop. A message that names a type the app
+defines without a rate limit skips the first: its job goes straight to the lease and the
+stamp, whose condition decides, and only a job the stamp refuses is read (a job a wake-up
+announced is read first all the same: a worker may have run it already). Messages for jobs
 that are not ``queued`` are skipped (finished, cancelled, running elsewhere, not due: every
 move back to ``queued`` writes a new outbox row, so a skipped message never strands a job);
 jobs of a type this worker's app does not define are deferred (a rolling deploy). What
@@ -64,6 +67,10 @@ RATE_LEAD = 0.75
 # has lost its slot and reserves a new one: run late, it would start in a bunch with the
 # jobs whose starts follow its own
 RATE_LATE = 0.1
+# wake-ups remembered per queue (their jobs' messages are claimed the careful way); a wake-up
+# is acted on only by an idle queue, and every worker hears all of them, so a few hundred
+# cover the seconds between a wake-up and its job's message
+ANNOUNCED_KEPT = 1024
 
 
 class Skip(StrEnum):
@@ -113,18 +120,42 @@ class Claimer:
     retry_cap: float
     # the rate limits' Redis script (None: a claimer of jobs without rate limits only)
     rates: RateLimits | None = None
+    # the app's types without a rate limit: a job whose message names one is claimed without
+    # its row read first (see claim)
+    _direct: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._direct = frozenset(t.name for t in self.app if t.rate is None)
 
     async def claim(
-        self, job_ids: list[uuid.UUID], reserved: Mapping[uuid.UUID, float] | None = None
+        self,
+        job_ids: list[uuid.UUID],
+        reserved: Mapping[uuid.UUID, float] | None = None,
+        types: Mapping[uuid.UUID, str] | None = None,
     ) -> ClaimResult:
         """Claim what can be claimed of ``job_ids`` (distinct, in message order); those of
         ``reserved`` had their rate limits' starts reserved (wall clock, epoch s) by this
-        worker. Redis and Postgres errors propagate: the caller waits and tries again."""
+        worker. ``types``: the type each job's message names, where it names one. A job
+        whose message names a type this app defines without a rate limit goes straight to
+        its lease and stamp, as a woken job does (:meth:`claim_woken`): the stamp's own
+        condition (still ``queued``) decides, and a job it refuses is read then
+        (:meth:`refused`). The others' rows are read first, in one query: jobs no longer
+        queued are skipped without a lease, unknown types deferred, rate limits reserved.
+        Redis and Postgres errors propagate: the caller waits and tries again."""
         outcome = ClaimResult()
         unique = list(dict.fromkeys(job_ids))
-        jobs = {j.id: j for j in await self.db.read(store.jobs_get_many, unique)}
+        named = types or {}
+        direct = {
+            j
+            for j in unique
+            if named.get(j) in self._direct and (not reserved or j not in reserved)
+        }
+        to_read = [j for j in unique if j not in direct]
+        jobs = (
+            {j.id: j for j in await self.db.read(store.jobs_get_many, to_read)} if to_read else {}
+        )
         claimable, unknown = [], []
-        for job_id in unique:
+        for job_id in to_read:
             job = jobs.get(job_id)
             if job is None or job.status != Status.QUEUED:
                 reason = "missing" if job is None else str(job.status)
@@ -139,6 +170,9 @@ class Claimer:
             for job in unknown:
                 outcome.skipped[job.id] = Skip.DEFERRED
         claimable = await self.wait_for_rates(claimable, jobs, outcome, reserved or {})
+        if direct:
+            go = direct.union(claimable)
+            claimable = [j for j in unique if j in go]  # message order
         if not claimable:
             return outcome
         claimed_at = trio.current_time()  # before the claim is sent: a lower bound
@@ -313,7 +347,7 @@ class Claimer:
             else:
                 reason = "missing" if job is None else str(job.status)
                 metrics.redeliveries_skipped.labels(reason).inc()
-                outcome.skipped[claim.job_id] = Skip.NOT_QUEUED
+                outcome.skipped[claim.job_id] = Skip.MISSING if job is None else Skip.NOT_QUEUED
         if waiting:
             held = {j.id for j in await self.db.run(store.jobs_hold_paused, waiting)}
             for job_id in waiting:
@@ -415,6 +449,9 @@ class ClaimStage:
     _claims: trio.Nursery | None = field(default=None, init=False)
     # when this queue last claimed anything (a batch or a woken job), trio time
     _last_claim: float = field(default=-math.inf, init=False)
+    # the jobs wake-ups announced lately, oldest first: a worker (this one or another) may
+    # have claimed them already, so their messages are claimed with the row read first
+    _announced: dict[uuid.UUID, None] = field(default_factory=dict, init=False)
 
     async def run(self, batches: trio.MemoryReceiveChannel[list[Consumed]]) -> None:
         """Claim each batch in a task of its own (several batches may be claimed at once),
@@ -433,6 +470,9 @@ class ClaimStage:
         s) and the worker is not stopping; the job holds
         a lent slot (:meth:`Slots.lend`). Returns whether a claim was begun; otherwise, and
         whenever the claim does not start the job, its Kafka message delivers it."""
+        self._announced[job_id] = None
+        if len(self._announced) > ANNOUNCED_KEPT:
+            del self._announced[next(iter(self._announced))]
         if self._claims is None or self.stopping.is_set() or not self.slots.quiet():
             return False
         if trio.current_time() - self._last_claim < IDLE_BEFORE_WAKE:
@@ -479,8 +519,13 @@ class ClaimStage:
             self.settle(message)
         if not batch.first:
             return
+        types = {
+            job_id: message.job_type
+            for job_id, message in batch.first.items()
+            if message.job_type is not None and job_id not in self._announced
+        }
         try:
-            claimed = await self.claimer.claim(list(batch.first))
+            claimed = await self.claimer.claim(list(batch.first), types=types)
         except Exception as exc:  # unreachable dependencies, or a bug: the slow path decides
             if isinstance(exc, redis.RedisError | psycopg.Error):
                 log.warning(

@@ -41,11 +41,13 @@ GATHER = 0.02  # seconds between the hand-offs of two batches, at least (an uppe
 @dataclass(frozen=True)
 class Consumed:
     """One message taken from ``jobs.ready``: where it came from (what its offset is
-    committed as) and the job it wakes (None: undecodable)."""
+    committed as), the job it wakes (None: undecodable) and the job's type as the message
+    names it (None: not named; the claim then reads the job's row for it)."""
 
     partition: int
     offset: int
     job_id: uuid.UUID | None
+    job_type: str | None = None
 
 
 def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHEST) -> dict:
@@ -120,16 +122,25 @@ def receive(consumer: Consumer, at_most: int, pacer: Pacer, wait: float = 0.5) -
 def decode(message_value: bytes | None) -> uuid.UUID | None:
     """The job id a ``jobs.ready`` message carries, or None when it carries none (not JSON,
     not an object, no ``job_id``, or one that is not a UUID's text)."""
+    return read_message(message_value)[0]
+
+
+def read_message(message_value: bytes | None) -> tuple[uuid.UUID | None, str | None]:
+    """The job id a ``jobs.ready`` message carries (None as for :func:`decode`) and the type
+    it names (None when it names none, or carries no job id)."""
     try:
-        job_id = json.loads(message_value or b"")["job_id"]
+        value = json.loads(message_value or b"")
+        job_id = value["job_id"]
     except (ValueError, KeyError, TypeError, RecursionError):
-        return None
+        return None, None
     if not isinstance(job_id, str):  # uuid.UUID(5) raises AttributeError, not ValueError
-        return None
+        return None, None
     try:
-        return uuid.UUID(job_id)
+        parsed = uuid.UUID(job_id)
     except ValueError:
-        return None
+        return None, None
+    job_type = value.get("type")
+    return parsed, job_type if isinstance(job_type, str) else None
 
 
 def arrived(messages: Sequence[Message], offsets: Offsets) -> list[Consumed]:
@@ -146,7 +157,7 @@ def arrived(messages: Sequence[Message], offsets: Offsets) -> list[Consumed]:
                 "partition rewound without a revoke: its offsets are tracked afresh",
                 extra={"partition": partition, "offset": offset},
             )
-        batch.append(Consumed(partition, offset, decode(message.value())))
+        batch.append(Consumed(partition, offset, *read_message(message.value())))
     return batch
 
 

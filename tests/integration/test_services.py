@@ -128,6 +128,47 @@ async def test_one_claim_starts_what_it_can_and_says_why_for_the_rest(db, leases
     await leases.release_many([other, *(s.claim for s in claimed.started)])
 
 
+async def test_jobs_whose_messages_name_a_plain_type_go_straight_to_the_stamp(
+    db, leases, claimer, monkeypatch
+):
+    runnable = await make_jobs(db, count=2)
+    (finished,) = await make_jobs(db)
+    await db.run(
+        lambda c: c.execute("UPDATE jobs SET status = 'succeeded' WHERE id = %s", (finished,))
+    )
+    (held,) = await make_jobs(db)
+    other = (await leases.claim_many([held], "another-worker", TTL))[0]
+    (unknown,) = await make_jobs(db, job_type="type-no-app-defines")
+    missing = uuid.uuid4()
+    reads: list[list[uuid.UUID]] = []
+    jobs_get_many = store.jobs_get_many
+
+    def counted(conn, job_ids):
+        reads.append(list(job_ids))
+        return jobs_get_many(conn, job_ids)
+
+    monkeypatch.setattr(store, "jobs_get_many", counted)
+    named = dict.fromkeys([*runnable, finished, held, missing], "ledger")
+    named[unknown] = "type-no-app-defines"
+
+    claimed = await claimer.claim([*runnable, finished, held, unknown, missing], types=named)
+
+    assert sorted(s.job.id for s in claimed.started) == sorted(runnable)
+    assert claimed.skipped == {
+        unknown: Skip.DEFERRED,  # a type the app does not define: read and deferred
+        finished: Skip.NOT_QUEUED,  # the stamp refused it, then it was read
+        missing: Skip.MISSING,
+    }
+    assert claimed.retry == [held]
+    # the rows read: the unknown type's before the claim, then the two the stamp refused
+    assert reads[0] == [unknown] and sorted(reads[1]) == sorted([finished, missing])
+    assert len(reads) == 2
+    for refused in (finished, missing):  # their leases were given back
+        assert not await trio.to_thread.run_sync(leases.client.exists, lease_key(refused))
+    assert (await job(db, finished)).status == Status.SUCCEEDED
+    await leases.release_many([other, *(s.claim for s in claimed.started)])
+
+
 async def test_a_stale_fence_is_refused_by_postgres_and_the_counter_reseeded(db, leases, claimer):
     counter = int(await trio.to_thread.run_sync(leases.client.get, "leasework:fence") or 0)
     (job_id,) = await make_jobs(db, fence=counter + 1000)  # Postgres has seen a larger fence

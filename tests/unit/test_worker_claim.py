@@ -17,7 +17,14 @@ from prometheus_client import REGISTRY
 
 from leasework.lease import Claim
 from leasework.service import Stopping
-from leasework.worker.claim import ClaimResult, ClaimStage, Skip, Started, split
+from leasework.worker.claim import (
+    ANNOUNCED_KEPT,
+    ClaimResult,
+    ClaimStage,
+    Skip,
+    Started,
+    split,
+)
 from leasework.worker.consumer import Consumed
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
@@ -46,9 +53,11 @@ class Claimer:
     def __init__(self, answer: Callable[[list[uuid.UUID]], ClaimResult]) -> None:
         self.answer = answer
         self.calls: list[list[uuid.UUID]] = []
+        self.types: list[dict[uuid.UUID, str] | None] = []
 
-    async def claim(self, job_ids: list[uuid.UUID], reserved=None) -> ClaimResult:
+    async def claim(self, job_ids: list[uuid.UUID], reserved=None, types=None) -> ClaimResult:
         self.calls.append(list(job_ids))
+        self.types.append(None if types is None else dict(types))
         await trio.lowlevel.checkpoint()
         return self.answer(job_ids)
 
@@ -112,6 +121,40 @@ async def test_a_batch_is_claimed_once_and_every_message_ends_finished_or_handed
     assert offsets.tracker.positions() == {0: 4}
     assert skipped_count("duplicate") == duplicates + 1
     assert skipped_count("undecodable") == undecodable + 1
+
+
+async def test_a_batch_hands_on_the_types_its_messages_name_but_not_an_announced_jobs():
+    named, unnamed, announced = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    claimer = Claimer(lambda ids: ClaimResult(skipped=dict.fromkeys(ids, Skip.MISSING)))
+    started_in, _ = trio.open_memory_channel[tuple[Consumed | None, Started]](10)
+    batches_in, batches_out = trio.open_memory_channel[list[Consumed]](1)
+    messages = [
+        Consumed(0, 0, named, "noop"),
+        Consumed(0, 1, unnamed),
+        Consumed(0, 2, announced, "noop"),
+    ]
+    offsets = Offsets(None, "jobs.ready")  # type: ignore[arg-type]
+    for m in messages:
+        offsets.tracker.start(m.partition, m.offset)
+    slots = Slots(3)
+    assert await slots.take(3) == 3
+    stage = ClaimStage(claimer, offsets, slots, Stopping(), started_in, ttl=TTL)  # type: ignore[arg-type]
+    # heard, not acted on (the stage is not running): remembered all the same
+    assert not stage.wake(announced)
+    async with batches_in:
+        batches_in.send_nowait(messages)
+    await stage.run(batches_out)
+    assert claimer.calls == [[named, unnamed, announced]]
+    assert claimer.types == [{named: "noop"}]  # the others' rows are read first
+    assert offsets.tracker.positions() == {0: 3}
+
+
+def test_a_queue_remembers_its_latest_wakeups_only():
+    stage = ClaimStage(None, None, Slots(1), Stopping(), None, ttl=TTL)  # type: ignore[arg-type]
+    heard = [uuid.uuid4() for _ in range(ANNOUNCED_KEPT + 1)]
+    for job_id in heard:
+        stage.wake(job_id)
+    assert list(stage._announced) == heard[1:]
 
 
 async def test_each_batch_claimed_is_counted_by_its_size():

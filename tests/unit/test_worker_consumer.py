@@ -20,6 +20,7 @@ from leasework.worker.consumer import (
     arrived,
     consume,
     decode,
+    read_message,
     receive,
 )
 from leasework.worker.offsets import Offsets
@@ -45,8 +46,11 @@ class Message:
         return self._error
 
 
-def message(offset: int, job_id: uuid.UUID | None = None, partition: int = 0) -> Message:
-    value = b"garbage" if job_id is None else json.dumps({"job_id": str(job_id)}).encode()
+def message(
+    offset: int, job_id: uuid.UUID | None = None, partition: int = 0, job_type: str | None = None
+) -> Message:
+    fields = {"job_id": str(job_id)} | ({"type": job_type} if job_type else {})
+    value = b"garbage" if job_id is None else json.dumps(fields).encode()
     return Message(partition, offset, value)
 
 
@@ -72,6 +76,15 @@ def test_decode_takes_the_job_id_and_nothing_else():
     assert decode(json.dumps({"job_id": str(job_id), "type": "noop"}).encode()) == job_id
 
 
+def test_a_message_is_read_for_its_job_id_and_the_type_it_names():
+    job_id = uuid.uuid4()
+    value = json.dumps({"job_id": str(job_id), "type": "noop", "attempt": 1}).encode()
+    assert read_message(value) == (job_id, "noop")
+    assert read_message(json.dumps({"job_id": str(job_id)}).encode()) == (job_id, None)
+    assert read_message(json.dumps({"job_id": str(job_id), "type": 5}).encode()) == (job_id, None)
+    assert read_message(json.dumps({"job_id": "x", "type": "noop"}).encode()) == (None, None)
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -91,6 +104,7 @@ def test_decode_takes_the_job_id_and_nothing_else():
 )
 def test_decode_answers_none_for_what_carries_no_job_id(value):
     assert decode(value) is None
+    assert read_message(value) == (None, None)
 
 
 class Clocked(Kafka):
@@ -133,10 +147,14 @@ def test_receive_of_nothing_does_not_gather():
 def test_arrived_tracks_messages_in_order_and_drops_consumer_errors(caplog):
     offsets = Offsets(None, "jobs.ready")  # type: ignore[arg-type]
     job_id = uuid.uuid4()
-    received = [message(7, job_id), Message(0, -1, None, error="broker down"), message(8)]
+    received = [
+        message(7, job_id, job_type="noop"),
+        Message(0, -1, None, error="broker down"),
+        message(8),
+    ]
     with caplog.at_level(logging.WARNING):
         batch = arrived(received, offsets)  # type: ignore[arg-type]
-    assert batch == [Consumed(0, 7, job_id), Consumed(0, 8, None)]
+    assert batch == [Consumed(0, 7, job_id, "noop"), Consumed(0, 8, None)]
     assert offsets.tracker.in_flight() == 2
     assert [r.getMessage() for r in caplog.records] == ["consumer error"]
     offsets.finish(0, 8)

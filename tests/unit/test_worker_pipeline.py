@@ -58,7 +58,7 @@ class Claimer:
         self.jobs = jobs
         self.calls: list[list[uuid.UUID]] = []
 
-    async def claim(self, job_ids: list[uuid.UUID]) -> ClaimResult:
+    async def claim(self, job_ids: list[uuid.UUID], types=None) -> ClaimResult:
         self.calls.append(list(job_ids))
         result = ClaimResult()
         for job_id in job_ids:

@@ -117,6 +117,14 @@ def started(job_type: str, payload: dict) -> Started:
     return Started(job, Claim(job.id, "w", 1), trio.current_time())
 
 
+async def test_a_started_job_of_a_type_the_app_does_not_define_fails_its_attempt():
+    worker = Worker(settings(), db=None, app=demo_app)  # type: ignore[arg-type]
+    completion = await worker.executor.execute(started("type-no-app-defines", {}))
+    assert completion.outcome.status == Status.FAILED  # attempt 1 of 3: retried
+    assert "does not define type 'type-no-app-defines'" in completion.outcome.error
+    assert completion.effects == ()
+
+
 async def test_a_handler_no_heartbeat_renews_is_cancelled_at_its_lease_deadline(autojump_clock):
     worker = Worker(settings(), db=None, app=demo_app)  # type: ignore[arg-type]
     begin = trio.current_time()
