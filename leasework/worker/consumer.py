@@ -119,15 +119,10 @@ def receive(consumer: Consumer, at_most: int, pacer: Pacer, wait: float = 0.5) -
     return batch
 
 
-def decode(message_value: bytes | None) -> uuid.UUID | None:
-    """The job id a ``jobs.ready`` message carries, or None when it carries none (not JSON,
-    not an object, no ``job_id``, or one that is not a UUID's text)."""
-    return read_message(message_value)[0]
-
-
 def read_message(message_value: bytes | None) -> tuple[uuid.UUID | None, str | None]:
-    """The job id a ``jobs.ready`` message carries (None as for :func:`decode`) and the type
-    it names (None when it names none, or carries no job id)."""
+    """The job id a ``jobs.ready`` message carries, or None when it carries none (not JSON,
+    not an object, no ``job_id``, or one that is not a UUID's text), and the type it names
+    (None when it names none, or carries no job id)."""
     try:
         value = json.loads(message_value or b"")
         job_id = value["job_id"]

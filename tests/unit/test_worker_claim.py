@@ -63,10 +63,14 @@ class Claimer:
 
 
 async def run_stage(
-    claimer: Claimer, messages: list[Consumed], stopping: Stopping | None = None
+    claimer: Claimer,
+    messages: list[Consumed],
+    stopping: Stopping | None = None,
+    announced: tuple[uuid.UUID, ...] = (),
 ) -> tuple[Offsets, Slots, list[tuple[Consumed, Started]]]:
     """Run the stage over one batch (each message tracked and holding a slot, as the consume
-    stage leaves them) until it has decided every message; what it handed on."""
+    stage leaves them) until it has decided every message; what it handed on. The jobs of
+    ``announced`` were named by wake-ups first (heard before the stage ran: not acted on)."""
     offsets = Offsets(None, "jobs.ready")  # type: ignore[arg-type]
     for m in messages:
         offsets.tracker.start(m.partition, m.offset)
@@ -82,6 +86,8 @@ async def run_stage(
         started_in,
         ttl=TTL,
     )
+    for job_id in announced:
+        assert not stage.wake(job_id)
     async with batches_in:
         batches_in.send_nowait(messages)
     await stage.run(batches_out)  # returns once the batch is decided, closing started_in
@@ -126,24 +132,12 @@ async def test_a_batch_is_claimed_once_and_every_message_ends_finished_or_handed
 async def test_a_batch_hands_on_the_types_its_messages_name_but_not_an_announced_jobs():
     named, unnamed, announced = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     claimer = Claimer(lambda ids: ClaimResult(skipped=dict.fromkeys(ids, Skip.MISSING)))
-    started_in, _ = trio.open_memory_channel[tuple[Consumed | None, Started]](10)
-    batches_in, batches_out = trio.open_memory_channel[list[Consumed]](1)
     messages = [
         Consumed(0, 0, named, "noop"),
         Consumed(0, 1, unnamed),
         Consumed(0, 2, announced, "noop"),
     ]
-    offsets = Offsets(None, "jobs.ready")  # type: ignore[arg-type]
-    for m in messages:
-        offsets.tracker.start(m.partition, m.offset)
-    slots = Slots(3)
-    assert await slots.take(3) == 3
-    stage = ClaimStage(claimer, offsets, slots, Stopping(), started_in, ttl=TTL)  # type: ignore[arg-type]
-    # heard, not acted on (the stage is not running): remembered all the same
-    assert not stage.wake(announced)
-    async with batches_in:
-        batches_in.send_nowait(messages)
-    await stage.run(batches_out)
+    offsets, _, _ = await run_stage(claimer, messages, announced=(announced,))
     assert claimer.calls == [[named, unnamed, announced]]
     assert claimer.types == [{named: "noop"}]  # the others' rows are read first
     assert offsets.tracker.positions() == {0: 3}

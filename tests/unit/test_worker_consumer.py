@@ -19,7 +19,6 @@ from leasework.worker.consumer import (
     PauseSwitch,
     arrived,
     consume,
-    decode,
     read_message,
     receive,
 )
@@ -71,11 +70,6 @@ class Kafka:
         return taken
 
 
-def test_decode_takes_the_job_id_and_nothing_else():
-    job_id = uuid.uuid4()
-    assert decode(json.dumps({"job_id": str(job_id), "type": "noop"}).encode()) == job_id
-
-
 def test_a_message_is_read_for_its_job_id_and_the_type_it_names():
     job_id = uuid.uuid4()
     value = json.dumps({"job_id": str(job_id), "type": "noop", "attempt": 1}).encode()
@@ -102,8 +96,7 @@ def test_a_message_is_read_for_its_job_id_and_the_type_it_names():
         b"[" * 100_000,
     ],
 )
-def test_decode_answers_none_for_what_carries_no_job_id(value):
-    assert decode(value) is None
+def test_a_message_that_carries_no_job_id_is_read_as_none(value):
     assert read_message(value) == (None, None)
 
 
