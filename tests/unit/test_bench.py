@@ -223,6 +223,7 @@ def test_parse_args_defaults_and_validation():
         "batch",
         "unaudited-batch",
         "enqueue",
+        "floor-order",
         "enqueue-one",
         "proxied-batch",
     ]
@@ -296,6 +297,33 @@ def test_finish_puts_every_row_against_the_floor():
     assert [r["vs_floor"] for r in result["rows"]] == [1.0, pytest.approx(0.07)]
     no_floor = _result([_row("single", 126.0)])
     assert no_floor["rows"][0]["vs_floor"] is None
+
+
+def test_enqueue_one_is_also_put_against_its_peer_with_the_callers_row():
+    result = _result(
+        [_row("floor", 1000.0), _row("floor-order", 800.0), _row("enqueue-one", 600.0)]
+    )
+    ratios = {r["name"]: (r["vs_floor"], r.get("vs_floor_order")) for r in result["rows"]}
+    assert ratios == {
+        "floor": (1.0, None),
+        "floor-order": (0.8, None),
+        "enqueue-one": (0.6, pytest.approx(0.75)),
+    }
+    md = report.render_markdown(result)
+    assert "`enqueue-one` against `floor-order`: **0.75x**." in md
+    assert "the goals read the floor" in md
+    # without the peer row there is no such line, and enqueue-one's ratio to it is unknown
+    alone = _result([_row("floor", 1000.0), _row("enqueue-one", 600.0)])
+    assert alone["rows"][1]["vs_floor_order"] is None
+    assert "against `floor-order`" not in report.render_markdown(alone)
+
+
+def test_the_floor_order_row_is_a_row_of_its_own():
+    assert bench.parse_args(["--rows", "floor,floor-order,enqueue-one"]).rows == [
+        "floor",
+        "floor-order",
+        "enqueue-one",
+    ]
 
 
 def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
@@ -458,6 +486,24 @@ def test_repeated_runs_report_the_median_and_the_spread():
         in text
     )
     assert report.spread([None, 2.0]) == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1}
+    assert "against `floor-order`" not in text  # no run had the peer row
+
+
+def test_repeated_runs_report_enqueue_one_against_its_peer():
+    def run(peer: float) -> dict:
+        return {
+            "started_utc": "t",
+            "git_head": "abc",
+            "config": {"fresh": True},
+            "rows": [{"name": "enqueue-one", "e2e_per_s": 500.0, "vs_floor_order": peer}],
+            "errors": [],
+        }
+
+    summary = report.aggregate([run(0.7), run(0.9), run(0.8)])
+    assert summary["enqueue_one_vs_floor_order"]["median"] == 0.8
+    assert "`enqueue-one` against `floor-order`: 0.80x (0.70–0.90)." in report.render_summary(
+        summary
+    )
     assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5
 
 

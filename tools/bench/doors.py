@@ -31,6 +31,7 @@ DOORS = ("single", "batch", "enqueue", "enqueue-one")
 LEAN, SHIPPED = "lean", "leasework.AsyncClient"  # the single door's clients
 # the caller's own table for the web-app pattern (an order row and its job in one transaction)
 ORDERS_TABLE = "bench_orders"
+ORDER_INSERT = f"INSERT INTO {ORDERS_TABLE} (tag, n) VALUES (%s, %s)"
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def _enqueue(
                 if door.name == "enqueue-one":
                     # the web-app pattern: the caller's own row and its job, one transaction
                     (i,) = parts[index]
-                    conn.execute(f"INSERT INTO {ORDERS_TABLE} (tag, n) VALUES (%s, %s)", (tag, i))
+                    conn.execute(ORDER_INSERT, (tag, i))
                     leasework.enqueue(conn, "noop", _payload(tag, i))
                     continue
                 leasework.enqueue_many(

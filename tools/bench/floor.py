@@ -2,7 +2,9 @@
 durability leasework has (logged tables, ``synchronous_commit`` left on), in tables of its
 own on the same Postgres.
 
-* submit: one autocommit INSERT per job, from ``submitters`` concurrent connections;
+* submit: one autocommit INSERT per job, from ``submitters`` concurrent connections; or, for
+  ``floor-order``, a transaction per job of the caller's own row and the job's (the web-app
+  pattern of the ``enqueue-one`` row, on the bare queue);
 * work: ``python -m tools.bench.floor worker`` processes, each looping over a claim
   transaction (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1, UPDATE to running, COMMIT) and a
   done transaction (UPDATE to done, COMMIT); an empty queue is polled every ``idle_sleep``.
@@ -153,11 +155,14 @@ def submit_threads(
     tag: str,
     connections: int,
     due: Callable[[int], float] | None = None,
+    own_row: str | None = None,
 ) -> tuple[float, float]:
     """Insert ``jobs`` rows with payload ``{"bench": tag, "n": i}``, one autocommit INSERT
     each, from ``connections`` threads; thread k sends jobs k, k+connections, ... . With
     ``due`` (job index -> time.time() when to send it) it is paced: open loop, each job at its
-    time or at once when late. Returns (first send, last commit) as time.time()."""
+    time or at once when late. With ``own_row`` (an INSERT taking ``(tag, i)``) each job is a
+    transaction of that row and the job's. Returns (first send, last commit) as
+    time.time()."""
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(min(connections, jobs))]
     ends: list[float] = []
     start = time.time()
@@ -168,7 +173,12 @@ def submit_threads(
                 wait = due(i) - time.time()
                 if wait > 0:
                     time.sleep(wait)
-            conn.execute(INSERT, (Jsonb({"bench": tag, "n": i}),))
+            if own_row is None:
+                conn.execute(INSERT, (Jsonb({"bench": tag, "n": i}),))
+                continue
+            with conn.transaction():
+                conn.execute(own_row, (tag, i))
+                conn.execute(INSERT, (Jsonb({"bench": tag, "n": i}),))
         ends.append(time.time())
 
     run_lanes(run, conns, "floor submit")

@@ -3,7 +3,10 @@
 Rows, in this order (``--rows`` picks some):
 
 * ``floor``: a bare SKIP LOCKED psycopg queue with leasework's durability on the same
-  Postgres (``tools.bench.floor``), two worker processes;
+  Postgres (``tools.bench.floor``), two worker processes; every row's ratio is to it;
+* ``floor-order``: the same queue fed the web-app pattern, the caller's own row and its job
+  in one transaction, 16 connections: ``enqueue-one``'s peer on the same footing (its ratio
+  to this row is reported beside its ratio to the floor; the goals read the floor);
 * ``single``, ``batch``, ``enqueue``: leasework with its processes pointed straight at
   Postgres, Redis and Kafka, jobs submitted by ``POST /jobs`` (16 clients), ``POST
   /jobs/batch`` (100 per request) and ``enqueue_many`` (100 per transaction);
@@ -91,6 +94,7 @@ DIRECT_ENV = {
 }
 ROWS = (
     "floor",
+    "floor-order",
     "lone",
     "single",
     "single-client",
@@ -108,7 +112,8 @@ ROWS = (
     "isolation",
 )
 DEFAULT_ROWS = (
-    "floor,lone,single,single-client,batch,unaudited-batch,enqueue,enqueue-one,proxied-batch"
+    "floor,lone,single,single-client,batch,unaudited-batch,enqueue,floor-order,enqueue-one,"
+    "proxied-batch"
 )
 UNAUDITED_ENV = {"LEASEWORK_AUDIT_INTERVAL": "never"}
 POLL = 0.25
@@ -391,29 +396,35 @@ class Bench:
             log(f"{tag}: publish times unknown ({exc})")
             return {}
 
-    def floor_row(self) -> dict[str, Any]:
+    def floor_row(self, name: str = "floor") -> dict[str, Any]:
+        """``floor``, or with ``name="floor-order"`` the same queue fed an order row and its
+        job in each transaction (``enqueue-one``'s submit, on the bare queue)."""
         cfg, dsn = self.cfg, POSTGRES_DIRECT_DSN
         floor.prepare(dsn)
-        tag, jobs = f"{self.run_id}-floor", cfg.floor_jobs
-        label = f"SKIP LOCKED, {cfg.floor_submitters} submitters, {cfg.floor_workers} workers"
-        log(f"floor: {jobs} jobs, {label}")
+        tag, jobs = f"{self.run_id}-{name}", cfg.floor_jobs
+        own_row = doors.ORDER_INSERT if name == "floor-order" else None
+        submits = "an order row + job, 1/tx" if own_row else "SKIP LOCKED"
+        label = f"{submits}, {cfg.floor_submitters} submitters, {cfg.floor_workers} workers"
+        log(f"{name}: {jobs} jobs, {label}")
         workers = floor.Workers.start(dsn, cfg.floor_workers)
         try:
             window = procfs.Window(self.roots())
-            first, last = floor.submit_threads(dsn, jobs, tag, cfg.floor_submitters)
+            first, last = floor.submit_threads(
+                dsn, jobs, tag, cfg.floor_submitters, own_row=own_row
+            )
             self._wait_floor(tag, jobs)
             measured = window.stop(jobs)
             finished, saturated = floor.timings(self.db, tag)
             sub = doors.Submitted(first, last, jobs)
-            result = self._row("floor", label, "direct", jobs, sub, finished, saturated, measured)
+            result = self._row(name, label, "direct", jobs, sub, finished, saturated, measured)
             self.quiet()
             rate = cfg.paced_fraction * result["e2e_per_s"]
             n = max(1, round(rate * cfg.paced_seconds))
-            log(f"floor: paced, {n} jobs at {rate:.0f} jobs/s")
+            log(f"{name}: paced, {n} jobs at {rate:.0f} jobs/s")
             t0 = time.time() + 0.2
             ptag = f"{tag}-paced"
             pfirst, plast = floor.submit_threads(
-                dsn, n, ptag, cfg.floor_submitters, due=lambda i: t0 + i / rate
+                dsn, n, ptag, cfg.floor_submitters, due=lambda i: t0 + i / rate, own_row=own_row
             )
             self._wait_floor(ptag, n)
             pfinished, delays = floor.timings(self.db, ptag)
@@ -565,11 +576,11 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
         log(f"machine busy before the run: {result['machine_busy_before'] * 100:.0f}%")
         result["jobs_table_before"] = bench.jobs_table()
         log(f"jobs table before the run: {report.jobs_table_text(result['jobs_table_before'])}")
-        if "enqueue-one" in cfg.rows:
+        if "enqueue-one" in cfg.rows or "floor-order" in cfg.rows:
             doors.prepare_orders(bench.db)
         for row in cfg.rows:
-            if row == "floor":
-                result["rows"].append(bench.floor_row())
+            if row in ("floor", "floor-order"):
+                result["rows"].append(bench.floor_row(row))
                 continue
             if row == "lone":
                 result["lone"] = bench.lone_row()
@@ -622,11 +633,14 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
 
 
 def finish(result: dict[str, Any]) -> None:
-    floors = [r for r in result["rows"] if r["name"] == "floor"]
-    base = floors[0]["e2e_per_s"] if floors else None
-    result["floor_e2e_per_s"] = base
+    """Every row's ratio to the floor; ``enqueue-one``'s also to ``floor-order``, its peer
+    with the caller's own row in each transaction."""
+    rate = {r["name"]: r["e2e_per_s"] for r in result["rows"]}
+    result["floor_e2e_per_s"] = rate.get("floor")
     for r in result["rows"]:
-        r["vs_floor"] = report.ratio(r["e2e_per_s"], base)
+        r["vs_floor"] = report.ratio(r["e2e_per_s"], rate.get("floor"))
+        if r["name"] == "enqueue-one":
+            r["vs_floor_order"] = report.ratio(r["e2e_per_s"], rate.get("floor-order"))
 
 
 def write(result: dict[str, Any], directory: Path) -> None:

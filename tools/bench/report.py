@@ -152,6 +152,20 @@ def main_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return table(headers, body)
 
 
+PEER_NOTE = (
+    "`floor-order` is the floor fed the web-app pattern (the caller's own row and its job in "
+    "one transaction, as `enqueue-one` does); the goals read the floor."
+)
+
+
+def peer_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``enqueue-one`` against ``floor-order``, its peer on the same footing."""
+    peer = next((r.get("vs_floor_order") for r in rows if r["name"] == "enqueue-one"), None)
+    if peer is None:
+        return []
+    return [f"`enqueue-one` against `floor-order`: **{peer:.2f}x**. {PEER_NOTE}", ""]
+
+
 def _present(rows: Sequence[Mapping[str, Any]], key: str) -> list[str]:
     seen = {p for r in rows for p, v in (r.get(key) or {}).items() if v is not None}
     return [p for p in PROCESSES if p in seen]
@@ -318,6 +332,7 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
         *([""] if result.get("errors") else []),
         *main_table(rows),
         "",
+        *peer_lines(rows),
         *paced_stages_section(rows),
         *lone_section(result.get("lone")),
         "## CPU milliseconds per job, per process",
@@ -502,6 +517,15 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "app_env": results[0]["config"].get("app_env") if results else {},
         "rows": rows,
         "lone": {key: spread([f[key] for f in lone]) for key in lone[0]} if lone else {},
+        "enqueue_one_vs_floor_order": spread(
+            [
+                next(
+                    (r.get("vs_floor_order") for r in res["rows"] if r["name"] == "enqueue-one"),
+                    None,
+                )
+                for res in results
+            ]
+        ),
         "pgbench_tps": spread([(res.get("pgbench") or {}).get("tps") for res in results]),
         "errors": [e for res in results for e in res.get("errors", [])],
     }
@@ -561,6 +585,12 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         *table(headers, body),
         "",
     ]
+    peer = summary.get("enqueue_one_vs_floor_order") or {}
+    if peer.get("median") is not None:
+        lines += [
+            f"`enqueue-one` against `floor-order`: {_spread_cell(peer, 2, 'x')}. {PEER_NOTE}",
+            "",
+        ]
     if summary.get("lone"):
         lines += [
             "## A lone job on an idle stack",
