@@ -501,9 +501,10 @@ def test_repeated_runs_report_enqueue_one_against_its_peer():
 
     summary = report.aggregate([run(0.7), run(0.9), run(0.8)])
     assert summary["enqueue_one_vs_floor_order"]["median"] == 0.8
-    assert "`enqueue-one` against `floor-order`: 0.80x (0.70–0.90)." in report.render_summary(
-        summary
-    )
+    text = report.render_summary(summary)
+    assert "`enqueue-one` against `floor-order`: 0.80x (0.70–0.90)." in text
+    # runs without the lone row have no lone section (not a table of dashes)
+    assert "## A lone job" not in text
     assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5
 
 

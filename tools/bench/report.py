@@ -591,7 +591,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
             f"`enqueue-one` against `floor-order`: {_spread_cell(peer, 2, 'x')}. {PEER_NOTE}",
             "",
         ]
-    if summary.get("lone"):
+    if any(s.get("median") is not None for s in (summary.get("lone") or {}).values()):
         lines += [
             "## A lone job on an idle stack",
             "",
