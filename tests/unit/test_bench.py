@@ -486,6 +486,7 @@ def test_repeated_runs_report_the_median_and_the_spread():
         in text
     )
     assert report.spread([None, 2.0]) == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1}
+    assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5
     assert "against `floor-order`" not in text  # no run had the peer row
 
 
@@ -505,7 +506,6 @@ def test_repeated_runs_report_enqueue_one_against_its_peer():
     assert "`enqueue-one` against `floor-order`: 0.80x (0.70–0.90)." in text
     # runs without the lone row have no lone section (not a table of dashes)
     assert "## A lone job" not in text
-    assert report.spread([1.0, 2.0, 3.0, 4.0])["median"] == 2.5
 
 
 def test_isolation_shows_each_flood_being_published_and_published_and_judges_the_latter():

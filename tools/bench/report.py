@@ -158,9 +158,14 @@ PEER_NOTE = (
 )
 
 
+def enqueue_one_vs_peer(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """``enqueue-one``'s ratio to ``floor-order``, its peer on the same footing (None when
+    either row is missing)."""
+    return next((r.get("vs_floor_order") for r in rows if r["name"] == "enqueue-one"), None)
+
+
 def peer_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``enqueue-one`` against ``floor-order``, its peer on the same footing."""
-    peer = next((r.get("vs_floor_order") for r in rows if r["name"] == "enqueue-one"), None)
+    peer = enqueue_one_vs_peer(rows)
     if peer is None:
         return []
     return [f"`enqueue-one` against `floor-order`: **{peer:.2f}x**. {PEER_NOTE}", ""]
@@ -517,15 +522,7 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "app_env": results[0]["config"].get("app_env") if results else {},
         "rows": rows,
         "lone": {key: spread([f[key] for f in lone]) for key in lone[0]} if lone else {},
-        "enqueue_one_vs_floor_order": spread(
-            [
-                next(
-                    (r.get("vs_floor_order") for r in res["rows"] if r["name"] == "enqueue-one"),
-                    None,
-                )
-                for res in results
-            ]
-        ),
+        "enqueue_one_vs_floor_order": spread([enqueue_one_vs_peer(res["rows"]) for res in results]),
         "pgbench_tps": spread([(res.get("pgbench") or {}).get("tps") for res in results]),
         "errors": [e for res in results for e in res.get("errors", [])],
     }
