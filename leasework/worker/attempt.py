@@ -89,13 +89,7 @@ class Executor:
         outcome = outcome_of(
             job, HandlerResult(error=why), self.defaults, timed_out=False, cancelled_by=None
         )
-        return Completion(
-            job.id,
-            job.fence,
-            outcome,
-            (),
-            lambda exc: effect_failure(job, exc, self.defaults, permanent=False),
-        )
+        return Completion(job.id, job.fence, outcome)  # no handler ran: no effects to fail
 
     async def _call(
         self, job: Job, job_type: JobType, ctx: JobContext, running: RunningJob
