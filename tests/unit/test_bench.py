@@ -232,8 +232,8 @@ def test_parse_args_defaults_and_validation():
     assert (cfg.repeat, cfg.fresh) == (1, False)
     assert bench.parse_args(["--repeat", "3", "--fresh"]).repeat == 3
     assert (cfg.jobs, cfg.floor_jobs, cfg.single_concurrency, cfg.batch_size) == (
-        2000,
-        5000,
+        8000,
+        8000,
         16,
         100,
     )

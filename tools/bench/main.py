@@ -119,6 +119,14 @@ UNAUDITED_ENV = {"LEASEWORK_AUDIT_INTERVAL": "never"}
 POLL = 0.25
 BUCKET = 0.5
 
+# Jobs in a row's throughput phase, the floor's and leasework's alike: enough for several
+# seconds of the fastest row (8,000 jobs of `batch` take 4-8 s here, of `single` 10-14 s).
+# With 2,000 a batch row was over in about a second, so its figure was mostly its own start and
+# drain and the machine's hiccups: its ratio to the floor spread 0.86-1.69x within one
+# fresh set (docs/design-decisions.md, "A row's throughput phase lasts seconds").
+ROW_JOBS = 8000
+FLOOR_JOBS = 8000
+
 
 class BenchError(RuntimeError):
     """A row could not be measured (jobs did not finish, a submit failed)."""
@@ -127,8 +135,8 @@ class BenchError(RuntimeError):
 @dataclass
 class Config:
     rows: list[str]
-    jobs: int = 2000
-    floor_jobs: int = 5000
+    jobs: int = ROW_JOBS
+    floor_jobs: int = FLOOR_JOBS
     single_concurrency: int = 16
     lone_jobs: int = 40
     lone_gap: float = 0.3
@@ -666,8 +674,8 @@ def parse_args(argv: list[str] | None) -> Config:
         formatter_class=HelpFormatter,
     )
     p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma list of: {', '.join(ROWS)}")
-    p.add_argument("--jobs", type=int, default=2000, help="jobs per leasework row")
-    p.add_argument("--floor-jobs", type=int, default=5000, help="jobs in the floor row")
+    p.add_argument("--jobs", type=int, default=ROW_JOBS, help="jobs per leasework row")
+    p.add_argument("--floor-jobs", type=int, default=FLOOR_JOBS, help="jobs in the floor rows")
     p.add_argument("--single-concurrency", type=int, default=16, help="POST /jobs clients")
     p.add_argument("--lone-jobs", type=int, default=40, help="jobs of the lone row, one at a time")
     p.add_argument("--lone-gap", type=float, default=0.3, help="idle seconds between lone jobs")
