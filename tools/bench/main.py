@@ -120,8 +120,8 @@ POLL = 0.25
 BUCKET = 0.5
 
 # Jobs in a row's throughput phase, the floor's and leasework's alike: enough for several
-# seconds of the fastest row (8,000 jobs of `batch` take 4-8 s here, of `single` 10-14 s).
-# With 2,000 a batch row was over in about a second, so its figure was mostly its own start and
+# seconds of the fastest row (8,000 jobs of `batch` take 4-6 s here, of `single` 9-11 s).
+# With 2,000 a batch row was over in about a second, so its figure carried its own start and
 # drain and the machine's hiccups: its ratio to the floor spread 0.86-1.69x within one
 # fresh set (docs/design-decisions.md, "A row's throughput phase lasts seconds").
 ROW_JOBS = 8000
