@@ -264,6 +264,7 @@ def _row(name, e2e, **extra):
         "rss_mib": {"api": {"max": 83.0, "sum": 83.0, "processes": 1}},
         "throughput_buckets": [10, 60, 62, 30],
         "paced": {"achieved_per_s": 62.0, "delay": {"p50_ms": 12.25, "p99_ms": 250.0}},
+        "speed": {"median_ms": 15.25, "min_ms": 14.0, "max_ms": 30.0, "units": 9},
         **extra,
     }
 
@@ -328,7 +329,10 @@ def test_the_floor_order_row_is_a_row_of_its_own():
 
 def test_markdown_has_the_table_the_breakdown_rss_and_pgbench():
     md = report.render_markdown(_result([_row("floor", 1800.0), _row("single", 126.0)]))
-    assert "| single | single door | direct | 2000 | 150 | 126 | 0.07x | 62 | 12.2 | 250.0 |" in md
+    assert (
+        "| single | single door | direct | 2000 | 150 | 126 | 0.07x | 62 | 12.2 | 250.0 | 4.00 "
+        "| 97% | 15.2 |" in md
+    )
     assert "| floor | floor door | direct | 2000 | 150 | 1,800 | 1.00x |" in md
     assert "## CPU milliseconds per job, per process" in md
     assert "| row | api | postgres | client | total | of it idle | of machine busy |" in md
@@ -454,6 +458,7 @@ def test_repeated_runs_report_the_median_and_the_spread():
                         "kafka-3": 0.2,
                     },
                     "paced": {"delay": {"p50_ms": 5.0, "p99_ms": 20.0}},
+                    "speed": {"median_ms": rate / 40},
                 }
             ],
             "lone": {
@@ -471,6 +476,11 @@ def test_repeated_runs_report_the_median_and_the_spread():
     assert single["e2e jobs/s"] == {"median": 600, "min": 500, "max": 700, "n": 3}
     assert single["api CPU ms/job"]["median"] == 2.0
     assert single["brokers CPU ms/job"]["median"] == pytest.approx(0.4)
+    assert single["probe ms"] == {"median": 15.0, "min": 12.5, "max": 17.5, "n": 3}
+    # CPU 2, 6, 4 ms a job over probes of 12.5, 17.5, 15 ms
+    assert single["CPU per job in probe units"]["median"] == pytest.approx(0.2667, abs=1e-4)
+    assert single["CPU per job in probe units"]["min"] == pytest.approx(0.16)
+    assert report.per_probe(2.0, None) is None and report.per_probe(None, 10.0) is None
     # the idle stack's 240 ms a second over each run's rate
     assert single["of it idle"]["median"] == pytest.approx(0.4)
     assert single["of it idle"]["max"] == pytest.approx(0.48)
@@ -479,6 +489,8 @@ def test_repeated_runs_report_the_median_and_the_spread():
     text = report.render_summary(summary)
     assert "600 (500–700)" in text and "0.60x (0.50–0.70)" in text
     assert "| of it idle |" in text and "0.40 (0.34–0.48)" in text
+    assert "| probe ms |" in text and "15.0 (12.5–17.5)" in text
+    assert "0.267 (0.160–0.343)" in text
     assert "the whole stack restarted before each run" in text
     assert "2%, 5%, 1%" in text
     assert (

@@ -82,6 +82,7 @@ from tools.bench import proc as procfs
 from tools.bench.audit import audit_row
 from tools.bench.limits import limits_row
 from tools.bench.queues import isolation_row, priorities_row
+from tools.bench.speed import SpeedProbe
 from tools.bench.tap import Published, ReadyTap
 
 API_URL = "http://127.0.0.1:8080"
@@ -194,6 +195,7 @@ class Bench:
         self.since = time.time()
         self.db = psycopg.connect(POSTGRES_DIRECT_DSN, autocommit=True)
         self.links: str | None = None  # "direct" or "toxiproxy" once the apps are pointed
+        self.probe: SpeedProbe | None = None  # the machine's speed, while the rows run
 
     # --- stack ---------------------------------------------------------------------------
     def roots(self) -> dict[str, int | None]:
@@ -470,6 +472,7 @@ class Bench:
             "saturated_delay": report.delay_summary(saturated),
             "throughput_buckets": report.buckets(finished, sub.first, BUCKET),
             **measured,
+            "speed": self.probe.window(sub.first, end) if self.probe else None,
         }
 
     def idle(self) -> dict[str, Any]:
@@ -576,6 +579,7 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
         "errors": [],
     }
     directory = directory or cfg.out / started.strftime("%Y%m%dT%H%M%SZ")
+    bench.probe = probe = SpeedProbe().start()
     try:
         if cfg.fresh:
             result["fresh_restarts_s"].append(bench.fresh_stack())
@@ -624,6 +628,7 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
         result["errors"].append("interrupted")
         log("interrupted: cleaning up")
     finally:
+        probe.stop()
         for step in (
             bench.drop_jobs,
             lambda: doors.drop_orders(bench.db),

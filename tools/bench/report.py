@@ -45,6 +45,10 @@ METHOD = [
     "interval, so a chunk's jobs share one run_at)",
     "CPU and peak RSS cover the throughput window only (not the paced phase)",
     "machine busy = non-idle, non-iowait share of all CPUs from /proc/stat over the window",
+    "probe ms = the machine's speed over the throughput window: CPU ms of a fixed unit of "
+    "pure-Python work, timed once a second by a process of the bench's own (tools.bench.speed), "
+    "median; lower is faster. This VM's CPUs take 14 to 32 ms for it from one minute to the "
+    "next, and a saturated row's CPU ms per job moves with it",
     "the bench's jobs are deleted by tag afterwards (VACUUM ANALYZE jobs, outbox after each "
     "row); the floor table is truncated",
 ]
@@ -127,6 +131,7 @@ def main_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         "p99 ms",
         "CPU ms/job",
         "machine busy",
+        "probe ms",
     ]
     body = []
     for r in rows:
@@ -147,9 +152,16 @@ def main_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 fmt(delay.get("p99_ms"), 1),
                 fmt((r.get("cpu_ms_per_job") or {}).get("total"), 2),
                 _percent(busy),
+                fmt(probe_ms(r), 1),
             ]
         )
     return table(headers, body)
+
+
+def probe_ms(row: Mapping[str, Any]) -> float | None:
+    """The machine's speed over the row's throughput window: the CPU ms the bench's probe
+    took for its fixed unit of work, median (``tools.bench.speed``; lower is faster)."""
+    return (row.get("speed") or {}).get("median_ms")
 
 
 PEER_NOTE = (
@@ -474,7 +486,18 @@ def row_figures(
         "brokers CPU ms/job": None if None in kafka else sum(kafka),  # type: ignore[arg-type]
         "paced p50 ms": delay.get("p50_ms"),
         "paced p99 ms": delay.get("p99_ms"),
+        "probe ms": probe_ms(row),
+        "CPU per job in probe units": per_probe(cpu.get("total"), probe_ms(row)),
     }
+
+
+def per_probe(cpu_ms: float | None, probe: float | None) -> float | None:
+    """A row's CPU ms per job over its probe ms: the job's CPU in units of the probe's fixed
+    work, about the same in the machine's fast and slow minutes where milliseconds are not
+    (docs/design-decisions.md, "A row's CPU per job moves with the machine's speed")."""
+    if cpu_ms is None or not probe:
+        return None
+    return cpu_ms / probe
 
 
 def lone_figures(lone: Mapping[str, Any] | None) -> dict[str, float | None]:
@@ -548,6 +571,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         "of it idle": 2,
         "api CPU ms/job": 2,
         "brokers CPU ms/job": 2,
+        "CPU per job in probe units": 3,
     }
     first = next(iter(summary["rows"].values()), {})
     headers = ["row", *first]
