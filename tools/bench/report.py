@@ -47,8 +47,8 @@ METHOD = [
     "machine busy = non-idle, non-iowait share of all CPUs from /proc/stat over the window",
     "probe ms = the machine's speed over the throughput window: CPU ms of a fixed unit of "
     "pure-Python work, timed once a second by a process of the bench's own (tools.bench.speed), "
-    "median; lower is faster. This VM's CPUs take 14 to 32 ms for it from one minute to the "
-    "next, and a saturated row's CPU ms per job moves with it",
+    "median; lower is faster. This VM's CPUs take about 9 to 32 ms for it from one minute to "
+    "the next, and a saturated row's CPU ms per job moves with it",
     "the bench's jobs are deleted by tag afterwards (VACUUM ANALYZE jobs, outbox after each "
     "row); the floor table is truncated",
 ]
@@ -493,8 +493,8 @@ def row_figures(
 
 def per_probe(cpu_ms: float | None, probe: float | None) -> float | None:
     """A row's CPU ms per job over its probe ms: the job's CPU in units of the probe's fixed
-    work, about the same in the machine's fast and slow minutes where milliseconds are not
-    (docs/design-decisions.md, "A row's CPU per job moves with the machine's speed")."""
+    work, which moves far less between the machine's fast and slow minutes than milliseconds
+    do (docs/design-decisions.md, "A row's CPU per job moves with the machine's speed")."""
     if cpu_ms is None or not probe:
         return None
     return cpu_ms / probe

@@ -1,6 +1,6 @@
 """How fast the machine is while a row runs: a probe process times a fixed piece of work.
 
-This VM's CPUs do the same work in anything from about 14 to 32 ms of CPU time from one
+This VM's CPUs do the same work in anything from about 9 to 32 ms of CPU time from one
 minute to the next (the host's doing; measured in docs/design-decisions.md, "A row's CPU per
 job moves with the machine's speed"). A row's CPU milliseconds per job then say as much about
 the minute it ran in as about the code, and there are no hardware counters here to count
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 
 INTERVAL = 1.0  # seconds between two units
-LOOP = 100_000  # iterations of a unit: about 15 ms of CPU in the machine's fast minutes
+LOOP = 100_000  # iterations of a unit: about 9 ms of CPU in the machine's fast minutes
 
 
 def unit(loop: int = LOOP) -> float:
