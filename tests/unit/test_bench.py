@@ -264,7 +264,7 @@ def _row(name, e2e, **extra):
         "rss_mib": {"api": {"max": 83.0, "sum": 83.0, "processes": 1}},
         "throughput_buckets": [10, 60, 62, 30],
         "paced": {"achieved_per_s": 62.0, "delay": {"p50_ms": 12.25, "p99_ms": 250.0}},
-        "speed": {"median_ms": 15.25, "min_ms": 14.0, "max_ms": 30.0, "units": 9},
+        "speed": {"median": 15.25, "min": 14.0, "max": 30.0, "n": 9},
         **extra,
     }
 
@@ -458,7 +458,7 @@ def test_repeated_runs_report_the_median_and_the_spread():
                         "kafka-3": 0.2,
                     },
                     "paced": {"delay": {"p50_ms": 5.0, "p99_ms": 20.0}},
-                    "speed": {"median_ms": rate / 40},
+                    "speed": {"median": rate / 40},
                 }
             ],
             "lone": {

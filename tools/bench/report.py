@@ -161,7 +161,7 @@ def main_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def probe_ms(row: Mapping[str, Any]) -> float | None:
     """The machine's speed over the row's throughput window: the CPU ms the bench's probe
     took for its fixed unit of work, median (``tools.bench.speed``; lower is faster)."""
-    return (row.get("speed") or {}).get("median_ms")
+    return (row.get("speed") or {}).get("median")
 
 
 PEER_NOTE = (

@@ -16,7 +16,6 @@ not in any process's figures.
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import threading
@@ -24,6 +23,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+
+from tools.bench.report import spread
 
 INTERVAL = 1.0  # seconds between two units
 LOOP = 100_000  # iterations of a unit: about 9 ms of CPU in the machine's fast minutes
@@ -41,18 +42,10 @@ def unit(loop: int = LOOP) -> float:
     return (time.process_time() - started) * 1000
 
 
-def summary(samples: Sequence[tuple[float, float]], start: float, end: float) -> dict | None:
+def summary(samples: Sequence[tuple[float, float]], start: float, end: float) -> dict:
     """Median, lowest and highest CPU ms of the units timed between ``start`` and ``end``
-    (epoch seconds), and how many; None when none was."""
-    inside = [ms for at, ms in samples if start <= at <= end]
-    if not inside:
-        return None
-    return {
-        "median_ms": statistics.median(inside),
-        "min_ms": min(inside),
-        "max_ms": max(inside),
-        "units": len(inside),
-    }
+    (epoch seconds), and how many (:func:`tools.bench.report.spread`; None where none was)."""
+    return spread([ms for at, ms in samples if start <= at <= end])
 
 
 def parse(line: str) -> tuple[float, float] | None:
@@ -96,7 +89,7 @@ class SpeedProbe:
             if (sample := parse(line)) is not None:
                 self.samples.append(sample)
 
-    def window(self, start: float, end: float) -> dict | None:
+    def window(self, start: float, end: float) -> dict:
         """The probe's :func:`summary` over one window (epoch seconds)."""
         return summary(list(self.samples), start, end)
 
