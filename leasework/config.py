@@ -232,6 +232,12 @@ class Settings:
     audit_interval: float | None = 5.0
     audit_lease_grace: float = 60.0
     audit_stuck_after: float = 900.0
+    # relay: the recovery of lost Kafka records (leasework.relay.recovery): seconds a
+    # published job waits unstarted before it is watched (None: off; only the chaos harness's
+    # unsafe twins turn it off), and the age at which a watch whose consumer group cannot be
+    # read is judged lost all the same (kept under audit_stuck_after)
+    recovery_after: float | None = 10.0
+    recovery_fallback: float = 600.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
     # api: what one request may cost, besides the two body caps above (leasework.api.limits)
@@ -275,6 +281,8 @@ DURATIONS: dict[str, tuple[str, bool]] = {
     "AUDIT_INTERVAL": ("audit_interval", True),
     "AUDIT_LEASE_GRACE": ("audit_lease_grace", False),
     "AUDIT_STUCK_AFTER": ("audit_stuck_after", False),
+    "RECOVERY_AFTER": ("recovery_after", True),
+    "RECOVERY_FALLBACK": ("recovery_fallback", False),
     "RETAIN_SUCCEEDED": ("retain_succeeded", True),
     "RETAIN_DEAD": ("retain_dead", True),
     "RETAIN_CANCELLED": ("retain_cancelled", True),
@@ -350,7 +358,24 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         values["app"] = _app(role, get("APP"))
     if (allow := get("DOCTOR_ALLOW")) is not None:
         values["doctor_allow"] = parse_doctor_allow(allow)
-    return Settings(**values)  # type: ignore[arg-type]
+    settings = Settings(**values)  # type: ignore[arg-type]
+    _check_recovery_bound(settings)
+    return settings
+
+
+def _check_recovery_bound(settings: Settings) -> None:
+    """The auditor's stuck bound must stay longer than the recovery's worst case (its wait
+    before watching plus its fallback), or it pages on jobs recovery would have saved."""
+    if settings.recovery_after is None or settings.audit_interval is None:
+        return
+    worst = settings.recovery_after + settings.recovery_fallback
+    if settings.audit_stuck_after <= worst:
+        raise ConfigError(
+            f"LEASEWORK_AUDIT_STUCK_AFTER={settings.audit_stuck_after:g} s is not longer than "
+            f"the recovery of lost Kafka records may take ({worst:g} s: "
+            "LEASEWORK_RECOVERY_AFTER plus LEASEWORK_RECOVERY_FALLBACK); raise it, or lower "
+            "those, so the auditor pages only on jobs recovery could not save"
+        )
 
 
 def _clock_offset(raw: str) -> float:

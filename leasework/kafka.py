@@ -16,6 +16,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -173,49 +174,124 @@ class BandLag:
     lag: int
 
 
-def bands_lag(
+NO_OFFSET = -1  # a partition its group has committed nothing for (librdkafka says -1001)
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    """Where one partition stands: the first offset it still holds (its log start), the next
+    offset it will write (its high watermark), and its group's committed offset
+    (:data:`NO_OFFSET` when the group committed nothing there; None when the group could not
+    be read)."""
+
+    low: int
+    high: int
+    committed: int | None
+
+
+@dataclass(frozen=True)
+class BandPositions:
+    """One queue's priority band as Kafka holds it now: its topic, the topic's id (a topic
+    deleted and made again has a new one; None when the cluster did not say), and each
+    partition's position. ``group_read``: whether its consumer group's offsets were read."""
+
+    queue: str
+    priority: int
+    topic: str
+    topic_id: str | None
+    partitions: dict[int, PartitionPosition]
+    group_read: bool
+
+    def lags(self) -> list[BandLag]:
+        """The lag of each partition, when the group was read (none otherwise)."""
+        if not self.group_read:
+            return []
+        return [
+            BandLag(self.queue, self.priority, p, max(0, at.high - max(0, at.committed or 0)))
+            for p, at in sorted(self.partitions.items())
+        ]
+
+
+def _topic_ids(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, str]:
+    """Each of ``topics``' id, as far as the cluster says (a topic it does not describe is
+    left out: its marks are judged without an id)."""
+    try:
+        futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout)
+    except KafkaException:
+        return {}
+    ids = {}
+    for topic, future in futures.items():
+        try:
+            ids[topic] = str(future.result().topic_id)
+        except KafkaException:
+            continue
+    return ids
+
+
+def bands_positions(
     admin: AdminClient, base_topic: str, base_group: str, timeout: float = 5.0
-) -> tuple[list[BandLag], list[tuple[str, int]]]:
-    """The lag of every band of every queue on the cluster (the topics whose names
+) -> list[BandPositions]:
+    """Every band of every queue on the cluster (the topics whose names
     :func:`leasework.priorities.band_of_topic` reads as a queue's band), each measured from
-    outside its consumer group, so that workers cut off from Kafka still show up as growing
-    lag. Three kinds of request: the cluster's metadata, one offset fetch per band's group
-    (the admin API takes one group a call; they are sent together), and the high watermarks
-    of every partition in one batch per leader. Returns the lags, and the (queue, priority)
-    of each band whose group's offsets could not be read this time (no lag of it: its last
-    sample stands). Blocking: call from a thread or, as the relay does, a child process
-    (:mod:`leasework.relay.lagprobe`)."""
+    outside its consumer group, so that workers cut off from Kafka still show up. The
+    requests: the cluster's metadata, the topics' ids, one offset fetch per band's group (the
+    admin API takes one group a call; they are sent together), and the log start and high
+    watermark of every partition, a batch per leader each. A band whose group's offsets could
+    not be read this time has ``group_read`` false. Blocking: call from a thread or, as the
+    relay does, a child process (:mod:`leasework.relay.lagprobe`)."""
     metadata = admin.list_topics(timeout=timeout)
-    bands: dict[str, tuple[str, int, list[TopicPartition]]] = {}
+    bands: dict[str, tuple[str, int, str, list[TopicPartition]]] = {}
     for topic, found in sorted(metadata.topics.items()):
         band = band_of_topic(base_topic, topic)
         if band is None or found.error is not None or not found.partitions:
             continue
         partitions = [TopicPartition(topic, p) for p in sorted(found.partitions)]
-        bands[band_consumer_group(base_group, *band)] = (*band, partitions)
+        bands[band_consumer_group(base_group, *band)] = (*band, topic, partitions)
     if not bands:
-        return [], []
+        return []
     fetches = {
         group: admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=timeout
         )[group]
-        for group, (_, _, partitions) in bands.items()
+        for group, (_, _, _, partitions) in bands.items()
     }
-    latest = admin.list_offsets(
-        {tp: OffsetSpec.latest() for _, _, partitions in bands.values() for tp in partitions},
-        request_timeout=timeout,
-    )
-    high = {(tp.topic, tp.partition): future.result().offset for tp, future in latest.items()}
-    lags: list[BandLag] = []
-    unread: list[tuple[str, int]] = []
-    for group, (queue, priority, _) in bands.items():
+    every = [tp for *_, partitions in bands.values() for tp in partitions]
+    ends = {}
+    for spec in ("earliest", "latest"):
+        asked = admin.list_offsets(
+            {tp: getattr(OffsetSpec, spec)() for tp in every}, request_timeout=timeout
+        )
+        ends[spec] = {(tp.topic, tp.partition): f.result().offset for tp, f in asked.items()}
+    ids = _topic_ids(admin, [topic for _, _, topic, _ in bands.values()], timeout)
+    found: list[BandPositions] = []
+    for group, (queue, priority, topic, partitions) in bands.items():
         try:
-            committed = fetches[group].result().topic_partitions
+            committed = {
+                tp.partition: tp.offset if tp.offset >= 0 else NO_OFFSET
+                for tp in fetches[group].result().topic_partitions
+            }
+            read = True
         except KafkaException:
-            unread.append((queue, priority))
-            continue
-        for tp in committed:
-            end = high.get((tp.topic, tp.partition))
-            if end is not None:
-                lags.append(BandLag(queue, priority, tp.partition, max(0, end - max(0, tp.offset))))
+            committed, read = {}, False
+        positions = {
+            tp.partition: PartitionPosition(
+                ends["earliest"][(topic, tp.partition)],
+                ends["latest"][(topic, tp.partition)],
+                committed.get(tp.partition, NO_OFFSET) if read else None,
+            )
+            for tp in partitions
+        }
+        found.append(BandPositions(queue, priority, topic, ids.get(topic), positions, read))
+    return found
+
+
+def bands_lag(
+    admin: AdminClient, base_topic: str, base_group: str, timeout: float = 5.0
+) -> tuple[list[BandLag], list[tuple[str, int]]]:
+    """The lag of every band of every queue on the cluster (:func:`bands_positions`), and the
+    (queue, priority) of each band whose group's offsets could not be read this time (no lag
+    of it: its last sample stands). Blocking."""
+    positions = bands_positions(admin, base_topic, base_group, timeout)
+    lags = [lag for band in positions for lag in band.lags()]
+    unread = [(band.queue, band.priority) for band in positions if not band.group_read]
     return lags, unread

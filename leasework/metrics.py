@@ -78,6 +78,22 @@ relay_publish_failures = Counter(
     "leasework_relay_publish_failures", "Outbox rows Kafka did not acknowledge (kept, retried)"
 )
 promoted = Counter("leasework_jobs_promoted", "Due scheduled or failed jobs queued")
+lost_republished = Counter(
+    "leasework_lost_records_republished",
+    "Waiting jobs published again because Kafka no longer held their records, by how that "
+    "was known (consumed, deleted, truncated, recreated, timed-out)",
+    ["reason"],
+)
+lost_marks_retired = Counter(
+    "leasework_lost_records_marks_retired",
+    "Marks of watched jobs retired by the recovery service, by verdict; a mark whose jobs had "
+    "all moved on retires with nothing published again",
+    ["reason"],
+)
+lost_watched = Gauge(
+    "leasework_lost_records_watched_jobs",
+    "Published jobs waiting to start that the recovery service watches now",
+)
 rate_waits = Counter(
     "leasework_jobs_rate_waits",
     "Claimed jobs that wait for the later start their type's rate limit reserved them",

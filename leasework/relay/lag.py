@@ -11,12 +11,14 @@ import json
 import logging
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
 from leasework import metrics
 from leasework.config import Settings
+from leasework.delivery_marks import Snapshot, parse_sample
 from leasework.relay.service import Backoff, Pass, run_passes
 
 log = logging.getLogger("leasework.relay.lag")
@@ -62,13 +64,17 @@ class ProbeRun(Pass):
 
 
 class ConsumerLag:
-    def __init__(self, config: LagConfig) -> None:
+    def __init__(
+        self, config: LagConfig, readings: Callable[[Snapshot], None] | None = None
+    ) -> None:
+        """``readings``: given every sample's positions (the recovery service's)."""
         self.config = config
+        self.readings = readings
 
     async def run_once(self) -> ProbeRun:
         """Run the probe until it exits, exporting each sample it prints."""
         try:
-            return await read_lag_samples(self.config.command())
+            return await read_lag_samples(self.config.command(), self.readings)
         except OSError as exc:
             log.warning("consumer lag probe could not run", extra={"error": str(exc)[:200]})
             return ProbeRun(0, None)
@@ -79,8 +85,11 @@ class ConsumerLag:
         )
 
 
-async def read_lag_samples(command: list[str]) -> ProbeRun:
-    """Run the probe and export each JSON line it prints, until it exits."""
+async def read_lag_samples(
+    command: list[str], readings: Callable[[Snapshot], None] | None = None
+) -> ProbeRun:
+    """Run the probe and export each JSON line it prints, until it exits; each sample's
+    positions go to ``readings`` too."""
     child = await trio.lowlevel.open_process(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
@@ -91,7 +100,7 @@ async def read_lag_samples(command: list[str]) -> ProbeRun:
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
-                samples += export_lag_sample(line)
+                samples += export_lag_sample(line, readings)
     finally:
         with trio.CancelScope(shield=True):
             child.kill()
@@ -100,16 +109,19 @@ async def read_lag_samples(command: list[str]) -> ProbeRun:
     return ProbeRun(samples, child.returncode)
 
 
-def export_lag_sample(line: bytes) -> bool:
+def export_lag_sample(line: bytes, readings: Callable[[Snapshot], None] | None = None) -> bool:
     """Export one line of the probe's; whether it was a sample (not an error, not noise). A
     band the sample says it could not read keeps its last values; a band's partition the
-    sample has nothing of (its queue's topics deleted) is no longer exported."""
+    sample has nothing of (its queue's topics deleted) is no longer exported. The sample's
+    positions go to ``readings``, when given."""
     try:
         sample = json.loads(line)
     except ValueError:
         return False
     if not isinstance(sample, dict) or not isinstance(sample.get("lag"), list):
         return False  # an error (one missed sample) or noise
+    if readings is not None and (snapshot := parse_sample(sample)) is not None:
+        readings(snapshot)
     unread = {
         (str(b[0]), str(b[1]))
         for b in (sample.get("unread") or [])

@@ -1,8 +1,9 @@
-"""``python -m leasework.relay.lagprobe BROKERS GROUP TOPIC [EVERY]``: print the lag of every
-band of every queue (:func:`leasework.kafka.bands_lag`; ``GROUP`` and ``TOPIC`` are the
-workers' base consumer group and ready topic) as one JSON line, ``{"lag": [[queue, priority,
-partition, lag], ...], "unread": [[queue, priority], ...]}`` (``unread``: bands whose group
-offsets could not be read this time), every ``EVERY`` seconds (once, without it), until killed.
+"""``python -m leasework.relay.lagprobe BROKERS GROUP TOPIC [EVERY]``: print where every band
+of every queue stands (:func:`leasework.kafka.bands_positions`; ``GROUP`` and ``TOPIC`` are
+the workers' base consumer group and ready topic) as one JSON line (:func:`sample_line`),
+every ``EVERY`` seconds (once, without it), until killed. The relay exports its lag
+(:mod:`leasework.relay.lag`) and judges lost records by its positions
+(:mod:`leasework.relay.recovery`).
 
 The relay runs this as a long-lived child process rather than in its own: group-offset
 queries go through librdkafka's coordinator machinery, which the chaos harness saw abort the
@@ -23,7 +24,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from leasework.config import kafka_properties, merged_environment
-from leasework.kafka import bands_lag, client_config
+from leasework.kafka import BandPositions, bands_positions, client_config
 
 
 def main(argv: list[str]) -> int:
@@ -38,15 +39,38 @@ def main(argv: list[str]) -> int:
         }
     )
     while True:
+        started = time.monotonic()
         try:
-            lags, unread = bands_lag(admin, topic, group, timeout=4.0)
-            sample = [[b.queue, b.priority, b.partition, b.lag] for b in lags]
-            print(json.dumps({"lag": sample, "unread": unread}), flush=True)
+            bands = bands_positions(admin, topic, group, timeout=4.0)
+            print(sample_line(bands, started), flush=True)
         except KafkaException as exc:  # one missed sample; the next may work
             print(json.dumps({"error": str(exc)[:300]}), flush=True)
         if interval is None:
             return 0
         time.sleep(interval)
+
+
+def sample_line(bands: list[BandPositions], started: float) -> str:
+    """One sample as a JSON line: ``{"lag": [[queue, priority, partition, lag], ...],
+    "unread": [[queue, priority], ...], "bands": [{"queue", "priority", "topic", "topic_id",
+    "group_read", "partitions": [[partition, low, high, committed], ...]}, ...], "started":
+    monotonic seconds}``. ``unread``: bands whose group's offsets could not be read this time;
+    ``started``: when the reading began (``time.monotonic()``, one clock for every process of
+    the machine), so the relay knows which of its marks the sample may judge."""
+    lag = [[g.queue, g.priority, g.partition, g.lag] for b in bands for g in b.lags()]
+    unread = [[b.queue, b.priority] for b in bands if not b.group_read]
+    described = [
+        {
+            "queue": b.queue,
+            "priority": b.priority,
+            "topic": b.topic,
+            "topic_id": b.topic_id,
+            "group_read": b.group_read,
+            "partitions": [[p, at.low, at.high, at.committed] for p, at in b.partitions.items()],
+        }
+        for b in bands
+    ]
+    return json.dumps({"lag": lag, "unread": unread, "bands": described, "started": started})
 
 
 if __name__ == "__main__":

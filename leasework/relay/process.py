@@ -2,7 +2,8 @@
 (:func:`leasework.relay.service.run_passes`): the outbox relay (:mod:`.outbox`), the
 promoter (:mod:`.promoter`), the scheduler (:mod:`.scheduler`), the reaper (:mod:`.reaper`),
 the pruner (:mod:`.pruner`), the auditor (:mod:`.auditor`), the backlog gauge
-(:mod:`.backlog`) and the consumer-lag service (:mod:`.lag`).
+(:mod:`.backlog`), the consumer-lag service (:mod:`.lag`) and the recovery of lost Kafka
+records (:mod:`.recovery`), which judges by the lag probe's readings.
 
 Each service claims its rows with ``FOR UPDATE SKIP LOCKED``, so any number of relays may
 run side by side.
@@ -22,6 +23,7 @@ from leasework.relay.outbox import OutboxConfig, OutboxRelay
 from leasework.relay.promoter import Promoter, PromoterConfig
 from leasework.relay.pruner import Pruner, PrunerConfig
 from leasework.relay.reaper import Reaper, ReaperConfig
+from leasework.relay.recovery import Readings, Recovery, RecoveryConfig
 from leasework.relay.scheduler import Scheduler, SchedulerConfig
 from leasework.relay.service import Service
 from leasework.service import Stopping
@@ -35,7 +37,10 @@ def services(
     stopping: Stopping | None = None,
 ) -> list[Service]:
     """Every service of one relay, configured from ``settings``; the outbox relay's pass runs
-    on after ``stopping`` until its deadline."""
+    on after ``stopping`` until its deadline. The recovery service (off when the settings say
+    so) judges lost records by the consumer-lag probe's readings."""
+    readings = Readings()
+    recovery = RecoveryConfig.from_settings(settings)
     return [
         OutboxRelay(
             db, publisher, OutboxConfig.from_settings(settings), health_conditions, stopping
@@ -46,8 +51,8 @@ def services(
         Pruner(db, PrunerConfig.from_settings(settings)),
         Auditor(db, AuditorConfig.from_settings(settings)),
         BacklogGauge(db),
-        ConsumerLag(LagConfig.from_settings(settings)),
-    ]
+        ConsumerLag(LagConfig.from_settings(settings), readings.put),
+    ] + ([Recovery(db, readings, recovery)] if recovery is not None else [])
 
 
 async def run(

@@ -5,10 +5,13 @@ fenced finish they mirror."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
+from leasework.delivery_marks import Mark
 from leasework.states import TERMINAL, Status, sources_of
 from leasework.store.common import ready_outbox_insert, release_held
 
@@ -202,3 +205,139 @@ def rows_prune(conn: psycopg.Connection, table: str, older_than: float, limit: i
         (older_than, limit),
     ).fetchone()
     return int(row["n"])
+
+
+# Lost records (migration 0024, leasework.relay.recovery): jobs waiting as queued with no
+# outbox row for longer than ``after`` seconds and not watched yet, oldest first, since
+# ``since`` (None: all of them), through jobs_queued_idx; one mark per topic for them, and a
+# watch row of each under its topic's mark.
+_WATCH = """
+WITH found AS (
+    SELECT j.id, j.updated_at, leasework_ready_topic(%(topic)s, j.queue, j.priority) AS topic
+      FROM jobs j
+     WHERE j.status = 'queued' AND j.updated_at < now() - make_interval(secs => %(after)s)
+       AND (%(since)s::timestamptz IS NULL OR j.updated_at >= %(since)s::timestamptz)
+       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
+       AND NOT EXISTS (SELECT 1 FROM delivery_watch w WHERE w.job_id = j.id)
+     ORDER BY j.updated_at LIMIT %(limit)s),
+marks AS (
+    INSERT INTO delivery_marks (topic) SELECT DISTINCT topic FROM found RETURNING id, topic),
+watched AS (
+    INSERT INTO delivery_watch (job_id, mark_id, seen_updated_at)
+    SELECT f.id, m.id, f.updated_at FROM found f JOIN marks m USING (topic)
+    ON CONFLICT (job_id) DO NOTHING RETURNING 1)
+SELECT (SELECT count(*) FROM found) AS found, (SELECT count(*) FROM watched) AS watched,
+       (SELECT max(updated_at) FROM found) AS last,
+       (SELECT coalesce(array_agg(id), '{}') FROM marks) AS marks,
+       now() - make_interval(secs => %(after)s) AS upto"""
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """One watch statement: jobs found and watched now, the newest one's ``updated_at``, the
+    instant up to which every waiting job was looked at (when not ``full``), and the marks
+    it made (committed once the statement's transaction is)."""
+
+    found: int
+    watched: int
+    last: datetime | None
+    upto: datetime
+    marks: tuple[int, ...] = ()
+
+    def full(self, limit: int) -> bool:
+        return self.found >= limit
+
+
+def delivery_watch(
+    conn: psycopg.Connection, *, after: float, since: datetime | None, limit: int, topic: str
+) -> Watched:
+    """Watch up to ``limit`` jobs that have waited published (queued, no outbox row) for more
+    than ``after`` seconds, each under a new mark of its band's topic (``topic``: the ready
+    topic's base name); only those that became queued at or after ``since``, when given."""
+    # each candidate's two NOT EXISTS are index probes whatever the statistics say (a backlog
+    # that built up since jobs was analyzed is estimated at a row or two; see the auditor's
+    # stuck check, leasework.store.audit); LOCAL: it ends with the pass's transaction
+    conn.execute("SET LOCAL enable_seqscan = off")
+    params = {"after": after, "since": since, "limit": limit, "topic": topic}
+    row = conn.execute(_WATCH, params).fetchone()
+    return Watched(
+        int(row["found"]), int(row["watched"]), row["last"], row["upto"], tuple(row["marks"])
+    )
+
+
+def delivery_marks(conn: psycopg.Connection) -> list[Mark]:
+    """Every mark that still watches, oldest first (a mark left with no watch is deleted)."""
+    conn.execute(
+        """DELETE FROM delivery_marks m
+            WHERE NOT EXISTS (SELECT 1 FROM delivery_watch w WHERE w.mark_id = m.id)
+              AND m.created_at < now() - interval '1 minute'"""
+    )
+    rows = conn.execute(
+        """SELECT id, topic, topic_id, high,
+                  extract(epoch FROM now() - created_at)::float8 AS age
+             FROM delivery_marks ORDER BY id"""
+    ).fetchall()
+    return [
+        Mark(
+            r["id"],
+            r["topic"],
+            r["age"],
+            r["topic_id"],
+            None if r["high"] is None else {int(p): int(h) for p, h in r["high"].items()},
+        )
+        for r in rows
+    ]
+
+
+def delivery_marks_fill(
+    conn: psycopg.Connection, ids: list[int], topic_id: str | None, high: dict[str, int]
+) -> int:
+    """Fill the marks ``ids`` not filled yet with their topic's id and high watermarks."""
+    cur = conn.execute(
+        """UPDATE delivery_marks SET topic_id = %s, high = %s, filled_at = now()
+            WHERE id = ANY(%s) AND high IS NULL""",
+        (topic_id, Jsonb(high), ids),
+    )
+    return cur.rowcount
+
+
+def jobs_republish_lost(conn: psycopg.Connection, mark: int, limit: int, topic: str) -> int:
+    """Publish again, with a new outbox row each, up to ``limit`` jobs watched under ``mark``
+    that still wait unchanged with no outbox row (their records are lost), and end their
+    watch; rows another transaction holds are skipped. Each is queued anew (``updated_at``),
+    so the watch finds it again should its new record be lost too. Returns how many."""
+    row = conn.execute(
+        f"""WITH lost AS (
+                SELECT w.job_id FROM delivery_watch w JOIN jobs j ON j.id = w.job_id
+                 WHERE w.mark_id = %(mark)s AND j.status = 'queued'
+                   AND j.updated_at = w.seen_updated_at
+                   AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
+                 LIMIT %(limit)s FOR UPDATE OF w, j SKIP LOCKED),
+            ended AS (DELETE FROM delivery_watch d USING lost
+                       WHERE d.job_id = lost.job_id RETURNING d.job_id),
+            again AS (UPDATE jobs SET updated_at = now() FROM ended
+                       WHERE jobs.id = ended.job_id
+                       RETURNING jobs.id, jobs.type, jobs.attempt, jobs.ordering_key,
+                                 jobs.queue, jobs.priority),
+            wake AS ({ready_outbox_insert("again")} RETURNING 1)
+            SELECT count(*) AS n FROM wake""",
+        {"mark": mark, "limit": limit, "topic": topic},
+    ).fetchone()
+    return int(row["n"])
+
+
+def delivery_mark_retire(conn: psycopg.Connection, mark: int) -> int:
+    """Delete ``mark`` with what it still watches (jobs that moved on since). Returns how
+    many watches ended with it."""
+    row = conn.execute(
+        """WITH gone AS (DELETE FROM delivery_watch WHERE mark_id = %(mark)s RETURNING 1),
+                mark AS (DELETE FROM delivery_marks WHERE id = %(mark)s)
+           SELECT count(*) AS n FROM gone""",
+        {"mark": mark},
+    ).fetchone()
+    return int(row["n"])
+
+
+def delivery_watched(conn: psycopg.Connection) -> int:
+    """Jobs watched now."""
+    return int(conn.execute("SELECT count(*) AS n FROM delivery_watch").fetchone()["n"])
