@@ -7,6 +7,15 @@ unit-tested without servers. The gatherers at the edge (:func:`gather_kafka`,
 :func:`gather_redis`, :func:`gather_postgres`) connect to one dependency each, collect its
 facts, run its checks, and turn an unreachable dependency into one failed check that says so.
 
+Kafka topics: every topic leasework uses is checked, the ready topic and ``jobs.dlq`` (both must
+exist) and each priority band's topic of each queue in Postgres's ``queues`` table (a worker
+serving a queue makes its topics, so one missing only warns). Besides replication, each
+topic's settings that make Kafka drop records before they are consumed are checked:
+``unclean.leader.election.enable`` true, ``retention.ms`` below :data:`DEFAULT_MIN_RETENTION`
+(``--min-retention``), any finite ``retention.bytes``, a ``cleanup.policy`` other than
+``delete``. A setting the doctor cannot read (DescribeConfigs denied, as managed clusters
+often do, or no answer in time) is a warning that says "unknown", never a pass.
+
 Clock thresholds: the offset between this host's clock and a server's fails above a quarter of
 the lease TTL and warns above a twentieth of it (10 s lease: fail > 2.5 s, warn > 0.5 s).
 """
@@ -21,7 +30,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from leasework.config import Settings
+from leasework.config import Settings, masked
+from leasework.priorities import band_topics
+from leasework.queues import DEFAULT as DEFAULT_QUEUE
 
 log = logging.getLogger("leasework.doctor")
 
@@ -34,6 +45,16 @@ MIN_INSYNC = 2
 MIN_POSTGRES_VERSION = 150000  # server_version_num of 15.0
 CLOCK_FAIL_FRACTION = 1 / 4  # of the lease TTL
 CLOCK_WARN_FRACTION = 1 / 20
+# retention.ms below this fails (Kafka's own default, so an untouched cluster passes): a
+# backlog waiting longer than the retention (workers down over a long weekend, a slow drain)
+# loses its oldest records, and those jobs wait until leasework republishes them from Postgres
+DEFAULT_MIN_RETENTION = 7 * 86400.0  # seconds
+# the topic settings that decide whether Kafka drops records nobody consumed yet
+UNCLEAN_ELECTION = "unclean.leader.election.enable"
+RETENTION_MS = "retention.ms"
+RETENTION_BYTES = "retention.bytes"
+CLEANUP_POLICY = "cleanup.policy"
+MIN_INSYNC_SETTING = "min.insync.replicas"
 # LEASEWORK_DOCTOR_ALLOW=single-replica is the same override as --allow-single-replica
 ALLOW_ENV = "LEASEWORK_DOCTOR_ALLOW"
 SINGLE_REPLICA = "single-replica"
@@ -64,6 +85,15 @@ class TopicFacts:
     leaderless: int = 0  # partitions without a leader
     replication: int = 0  # the smallest replica count of any partition
     min_insync: int | None = None  # None: could not be read
+    # the ready and dead-letter topics must exist; a queue's band topics are made by a worker
+    # serving the queue (leasework.queue_ops), so one missing only warns
+    required: bool = True
+    # the settings that make Kafka drop unconsumed records (None: could not be read)
+    unclean_election: bool | None = None
+    retention_ms: int | None = None  # -1: no time limit
+    retention_bytes: int | None = None  # -1: no size limit (per partition)
+    cleanup_policy: str | None = None  # as Kafka lists it: "delete", "compact,delete"
+    configs_error: str | None = None  # why the topic's settings could not be read
 
 
 @dataclass(frozen=True)
@@ -92,6 +122,7 @@ class PostgresFacts:
 class Options:
     allow_single_replica: bool = False
     ready_partitions: int = DEFAULT_READY_PARTITIONS
+    min_retention: float = DEFAULT_MIN_RETENTION  # seconds; retention.ms below it fails
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -110,6 +141,18 @@ def unreachable(name: str, what: str, error: object, fix: str) -> Check:
 
 def check_topic_exists(topic: TopicFacts) -> Check:
     name = f"kafka.topic.{topic.name}"
+    if not topic.exists and not topic.required:
+        return Check(
+            name,
+            WARN,
+            f"topic {topic.name} does not exist ({topic.error or 'absent from the metadata'})",
+            "it is a priority band of a queue: the relay cannot publish that band's jobs "
+            "(they wait in the outbox, nothing is lost) until a worker serving the queue "
+            "makes its topics at start; a topic that existed and is gone was deleted, with "
+            "its records",
+            "start a worker serving the queue (it makes every band's topic), or "
+            "`leasework queues create NAME` for a queue with no topics yet",
+        )
     if not topic.exists:
         return Check(
             name,
@@ -191,7 +234,7 @@ def check_min_insync(topic: TopicFacts, allow: bool = False) -> Check:
     if topic.min_insync is not None and topic.min_insync >= MIN_INSYNC:
         return ok(name, f"min.insync.replicas={topic.min_insync}")
     found = (
-        "min.insync.replicas could not be read"
+        f"min.insync.replicas could not be read ({topic.configs_error or 'not in the answer'})"
         if topic.min_insync is None
         else f"min.insync.replicas={topic.min_insync} (need >= {MIN_INSYNC})"
     )
@@ -207,6 +250,139 @@ def check_min_insync(topic: TopicFacts, allow: bool = False) -> Check:
             f"--add-config min.insync.replicas={MIN_INSYNC}",
         ),
         allow,
+    )
+
+
+def _span(seconds: float) -> str:
+    """``7d``, ``36h``, ``90m``, ``45s``: a duration as its largest whole unit."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _configs_fix(topic: str, setting: str, wanted: str) -> str:
+    return (
+        f"kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+        f"--add-config {setting}={wanted}"
+    )
+
+
+def _unknown(name: str, topic: TopicFacts, setting: str, why: str, wanted: str) -> Check:
+    """A setting the doctor could not read: a warning, never a pass."""
+    return Check(
+        name,
+        WARN,
+        f"{setting} unknown: {topic.configs_error or 'not in the DescribeConfigs answer'}",
+        f"{why}; the doctor could not read it, so it cannot say it is safe",
+        f"allow DescribeConfigs on topic {topic.name} to leasework's principal (ACL operation "
+        f"DESCRIBE_CONFIGS; managed clusters often deny it), or check it in the provider's "
+        f"console: it must be {wanted}",
+    )
+
+
+UNCLEAN_WHY = (
+    "when every in-sync replica of a partition is gone, an out-of-sync replica may become its "
+    "leader, and the records it never copied are gone, acknowledged ones included"
+)
+
+
+def check_unclean_election(topic: TopicFacts) -> Check:
+    name = f"kafka.unclean_election.{topic.name}"
+    if topic.unclean_election is None:
+        return _unknown(name, topic, UNCLEAN_ELECTION, UNCLEAN_WHY, "false")
+    if not topic.unclean_election:
+        return ok(name, f"{UNCLEAN_ELECTION}=false")
+    return Check(
+        name,
+        FAIL,
+        f"{UNCLEAN_ELECTION}=true",
+        f"{UNCLEAN_WHY}: their jobs run only once leasework notices the lost records and "
+        "republishes them from Postgres",
+        f"{_configs_fix(topic.name, UNCLEAN_ELECTION, 'false')} (and the brokers' "
+        "unclean.leader.election.enable=false, the default)",
+    )
+
+
+def _no_cleanup(topic: TopicFacts) -> bool:
+    """An empty cleanup.policy (Kafka 4.2+): nothing is ever deleted, retention unused."""
+    return topic.cleanup_policy is not None and not topic.cleanup_policy.strip()
+
+
+def check_retention_time(topic: TopicFacts, min_retention: float) -> Check:
+    name = f"kafka.retention.{topic.name}"
+    bound_ms = int(min_retention * 1000)
+    wanted = f"-1 or at least {bound_ms} ({_span(min_retention)})"
+    why = (
+        "Kafka deletes records older than retention.ms whether or not they were consumed: a "
+        "backlog that waits longer (the workers down over a long weekend, a slow drain) loses "
+        "its oldest records"
+    )
+    if _no_cleanup(topic):
+        return ok(name, f"{RETENTION_MS} not applied: {CLEANUP_POLICY} is empty")
+    if topic.retention_ms is None:
+        return _unknown(name, topic, RETENTION_MS, why, wanted)
+    if topic.retention_ms < 0:
+        return ok(name, f"{RETENTION_MS}={topic.retention_ms} (no time limit)")
+    found = f"{RETENTION_MS}={topic.retention_ms} ({_span(topic.retention_ms / 1000)})"
+    if topic.retention_ms >= bound_ms:
+        return ok(name, found)
+    return Check(
+        name,
+        FAIL,
+        f"{found}, below the bound {_span(min_retention)}",
+        f"{why}, and their jobs run only once leasework notices the lost records and "
+        "republishes them from Postgres",
+        f"{_configs_fix(topic.name, RETENTION_MS, str(bound_ms))} (or -1); if a shorter "
+        "retention is intended, say so with `leasework doctor --min-retention`",
+    )
+
+
+def check_retention_size(topic: TopicFacts) -> Check:
+    name = f"kafka.retention_bytes.{topic.name}"
+    why = (
+        "Kafka deletes a partition's oldest segments once it holds more than retention.bytes, "
+        "consumed or not: a big backlog (the workers down, a burst) loses its oldest records, "
+        "however young they are"
+    )
+    if _no_cleanup(topic):
+        return ok(name, f"{RETENTION_BYTES} not applied: {CLEANUP_POLICY} is empty")
+    if topic.retention_bytes is None:
+        return _unknown(name, topic, RETENTION_BYTES, why, "-1")
+    if topic.retention_bytes < 0:
+        return ok(name, f"{RETENTION_BYTES}={topic.retention_bytes} (no size limit)")
+    return Check(
+        name,
+        FAIL,
+        f"{RETENTION_BYTES}={topic.retention_bytes} per partition",
+        f"{why}, and their jobs run only once leasework notices the lost records and "
+        "republishes them from Postgres",
+        f"{_configs_fix(topic.name, RETENTION_BYTES, '-1')}; bound the disk by retention.ms "
+        "and an alert on the brokers' free space instead",
+    )
+
+
+def check_cleanup_policy(topic: TopicFacts) -> Check:
+    name = f"kafka.cleanup_policy.{topic.name}"
+    why = (
+        "compaction keeps only the newest record of each key: jobs sharing an ordering key "
+        "lose every record but the last before they are consumed, and a compacted topic "
+        "refuses a record without a key (a job without an ordering key cannot be published)"
+    )
+    policy = topic.cleanup_policy
+    if policy is None:
+        return _unknown(name, topic, CLEANUP_POLICY, why, "delete")
+    parts = [p.strip().lower() for p in policy.split(",") if p.strip()]
+    if parts == ["delete"]:
+        return ok(name, f"{CLEANUP_POLICY}=delete")
+    if not parts:
+        return ok(name, f"{CLEANUP_POLICY} empty (nothing deleted: records kept for ever)")
+    return Check(
+        name,
+        FAIL,
+        f"{CLEANUP_POLICY}={policy}",
+        why,
+        _configs_fix(topic.name, CLEANUP_POLICY, "delete"),
     )
 
 
@@ -399,8 +575,69 @@ def kafka_checks(
         checks.append(check_partitions(topic, expected))
         checks.append(check_replication(topic, options.allow_single_replica))
         checks.append(check_min_insync(topic, options.allow_single_replica))
+        checks.append(check_unclean_election(topic))
+        checks.append(check_retention_time(topic, options.min_retention))
+        checks.append(check_retention_size(topic))
+        checks.append(check_cleanup_policy(topic))
     checks.append(check_producer(producer))
     return checks
+
+
+def topics_to_check(ready: str, dlq: str, queues: Iterable[str]) -> list[tuple[str, bool]]:
+    """Every topic leasework uses as (name, required), each once (pure): the ready topic and
+    the dead-letter topic, then each priority band's topic of each queue, ``default`` first
+    (its highest band is the ready topic itself)."""
+    topics = {ready: True, dlq: True}
+    for queue in sorted({*queues, DEFAULT_QUEUE}, key=lambda q: (q != DEFAULT_QUEUE, q)):
+        for topic in band_topics(ready, queue):
+            topics.setdefault(topic, False)
+    return list(topics.items())
+
+
+def topic_settings(values: Mapping[str, str | None]) -> dict[str, object]:
+    """The :class:`TopicFacts` fields of a topic's DescribeConfigs answer (pure): a setting
+    absent or not understood is None, which its check reports as unknown."""
+
+    def number(key: str) -> int | None:
+        try:
+            return int(str(values[key]).strip())
+        except (KeyError, ValueError):
+            return None
+
+    unclean = str(values.get(UNCLEAN_ELECTION)).strip().lower()
+    policy = values.get(CLEANUP_POLICY)
+    return {
+        "min_insync": number(MIN_INSYNC_SETTING),
+        "unclean_election": {"true": True, "false": False}.get(unclean),
+        "retention_ms": number(RETENTION_MS),
+        "retention_bytes": number(RETENTION_BYTES),
+        "cleanup_policy": policy if isinstance(policy, str) else None,
+    }
+
+
+QUEUES_SHOWN = 10  # queue names the kafka.queues check lists before "and N more"
+
+
+def check_queues(queues: Sequence[str] | None, error: str | None) -> Check:
+    """Which queues' topics were checked: those in Postgres, or only ``default``'s when the
+    ``queues`` table could not be read (a warning: the others went unchecked)."""
+    name = "kafka.queues"
+    if queues is not None:
+        shown = ", ".join(queues[:QUEUES_SHOWN])
+        more = f" and {len(queues) - QUEUES_SHOWN} more" if len(queues) > QUEUES_SHOWN else ""
+        return ok(
+            name, f"{len(queues)} queue(s) in Postgres ({shown}{more}): each band's topic checked"
+        )
+    return Check(
+        name,
+        WARN,
+        f"the queues could not be read from Postgres ({error}): only the default queue's "
+        "topics and the dead-letter topic were checked",
+        "the other queues' topics went unchecked: a setting that loses their records would "
+        "not be seen",
+        "check LEASEWORK_POSTGRES_DSN and that the database is migrated (the postgres checks "
+        "say), then run the doctor again",
+    )
 
 
 def redis_checks(facts: RedisFacts, lease_ttl: float) -> list[Check]:
@@ -434,9 +671,90 @@ def _timed(call: Callable[[], float]) -> tuple[float, float]:
     return server - (before + after) / 2, (after - before) / 2
 
 
-def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> list[Check]:
+def read_queues(settings: Settings) -> tuple[list[str] | None, str | None]:
+    """The names in Postgres's ``queues`` table, sorted; (None, why) when they cannot be
+    read (Postgres unreachable, the database not migrated)."""
+    import psycopg
+
+    kwargs = {**connect_kwargs(settings.postgres_dsn), "connect_timeout": 3}
+    try:
+        with psycopg.connect(settings.postgres_dsn, **kwargs) as conn:  # type: ignore[arg-type]
+            rows = conn.execute("SELECT name FROM queues ORDER BY name").fetchall()
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        return None, masked(lines[0] if lines else type(exc).__name__)
+    return [row[0] for row in rows], None
+
+
+Answer = tuple[dict[str, str | None] | None, str | None]  # a topic's settings, or why not
+
+
+def _kafka_error(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g}s"
+    error = exc.args[0] if exc.args else exc
+    return error.str() if hasattr(error, "str") else str(error)
+
+
+def describe_topic_configs(admin, names: Sequence[str], timeout: float) -> dict[str, Answer]:
+    """Each topic's settings as DescribeConfigs answers them (one request for all), or
+    (None, why) for a topic whose settings could not be read: denied (managed clusters often
+    deny it), no answer within ``timeout`` seconds, the topic gone meanwhile."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    resources = {name: ConfigResource(ResourceType.TOPIC, name) for name in names}
+    if not resources:
+        return {}
+    try:
+        futures = admin.describe_configs(list(resources.values()), request_timeout=timeout)
+    except KafkaException as exc:
+        return {name: (None, _kafka_error(exc, timeout)) for name in names}
+    deadline = time.monotonic() + timeout
+    answers: dict[str, Answer] = {}
+    for name, resource in resources.items():
+        try:
+            entries = futures[resource].result(timeout=max(0.1, deadline - time.monotonic()))
+        except (KafkaException, TimeoutError) as exc:
+            log.warning("doctor: describe_configs %s failed: %s", name, exc)
+            answers[name] = (None, f"DescribeConfigs failed: {_kafka_error(exc, timeout)}")
+            continue
+        answers[name] = ({key: entry.value for key, entry in entries.items()}, None)
+    return answers
+
+
+def topic_facts(name: str, required: bool, found, answer: Answer | None) -> TopicFacts:
+    """A topic's facts from its metadata (``found``: confluent-kafka's TopicMetadata, None
+    when absent) and its DescribeConfigs ``answer`` (settings, or why they could not be
+    read)."""
+    if found is None or found.error is not None:
+        error = str(found.error) if found is not None else None
+        return TopicFacts(name, False, error, required=required)
+    values, why = answer if answer is not None else (None, "not asked")
+    partitions = list(found.partitions.values())
+    return TopicFacts(
+        name,
+        True,
+        partitions=len(partitions),
+        leaderless=sum(1 for p in partitions if p.leader < 0),
+        replication=min((len(p.replicas) for p in partitions), default=0),
+        required=required,
+        configs_error=why,
+        **(topic_settings(values) if values is not None else {}),  # type: ignore[arg-type]
+    )
+
+
+def gather_kafka(
+    settings: Settings,
+    options: Options,
+    timeout: float = 5.0,
+    queues: Sequence[str] | None = None,
+) -> list[Check]:
+    """The Kafka checks of every topic leasework uses: the ready and dead-letter topics and
+    each band's topic of ``queues`` (None: the queues in Postgres's ``queues`` table, and a
+    ``kafka.queues`` check saying which were read)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
 
     from leasework.kafka import client_config, producer_config
 
@@ -456,32 +774,6 @@ def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> 
         metadata = admin.list_topics(timeout=timeout)
         if not metadata.brokers:
             raise KafkaException("no broker in the metadata")
-        topics = []
-        for name in (settings.topic_ready, settings.topic_dlq):
-            found = metadata.topics.get(name)
-            if found is None or found.error is not None:
-                error = str(found.error) if found is not None else None
-                topics.append(TopicFacts(name, False, error))
-                continue
-            partitions = list(found.partitions.values())
-            resource = ConfigResource(ConfigResource.Type.TOPIC, name)
-            min_insync = None
-            try:
-                configs = admin.describe_configs([resource])[resource].result(timeout=timeout)
-                entry = configs.get("min.insync.replicas")
-                min_insync = int(entry.value) if entry is not None else None
-            except KafkaException as exc:
-                log.warning("doctor: describe_configs %s failed: %s", name, exc)
-            topics.append(
-                TopicFacts(
-                    name,
-                    True,
-                    partitions=len(partitions),
-                    leaderless=sum(1 for p in partitions if p.leader < 0),
-                    replication=min((len(p.replicas) for p in partitions), default=0),
-                    min_insync=min_insync,
-                )
-            )
     except KafkaException as exc:
         error = exc.args[0] if exc.args else exc
         admin.poll(0.5)  # serves the error callbacks queued meanwhile
@@ -496,10 +788,25 @@ def gather_kafka(settings: Settings, options: Options, timeout: float = 5.0) -> 
                 "_SASL_USERNAME, _SASL_PASSWORD and _SSL_CA_LOCATION",
             )
         ]
+    listing: list[Check] = []
+    if queues is None:
+        queues, why = read_queues(settings)
+        listing.append(check_queues(queues, why))
+    wanted = topics_to_check(settings.topic_ready, settings.topic_dlq, queues or ())
+    present = [
+        name
+        for name, _ in wanted
+        if (found := metadata.topics.get(name)) is not None and found.error is None
+    ]
+    configs = describe_topic_configs(admin, present, timeout)
+    topics = [
+        topic_facts(name, required, metadata.topics.get(name), configs.get(name))
+        for name, required in wanted
+    ]
     producer = producer_config(
         settings.kafka_brokers, "leasework-doctor", settings.kafka_properties
     )
-    return kafka_checks(topics, producer, options, settings.topic_ready)
+    return [*listing, *kafka_checks(topics, producer, options, settings.topic_ready)]
 
 
 def kafka_reason(reasons: list[str]) -> str | None:
@@ -656,6 +963,18 @@ def allow_from_env(environ: Mapping[str, str]) -> bool:
     return SINGLE_REPLICA in allowed
 
 
+def retention_bound(raw: str) -> float:
+    """``--min-retention``: a duration above zero (``7d``, ``36h``, ``90m``), in seconds."""
+    import argparse
+
+    from leasework.config import ConfigError, parse_positive_duration
+
+    try:
+        return parse_positive_duration("--min-retention", raw) or DEFAULT_MIN_RETENTION
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "doctor", help="check that Kafka, Redis and Postgres are set up for the promise"
@@ -672,6 +991,14 @@ def add_parser(sub) -> None:
         type=int,
         default=DEFAULT_READY_PARTITIONS,
         help=f"partitions expected on the ready topic (default {DEFAULT_READY_PARTITIONS})",
+    )
+    p.add_argument(
+        "--min-retention",
+        type=retention_bound,
+        default=DEFAULT_MIN_RETENTION,
+        metavar="DURATION",
+        help="a topic's retention.ms below this fails (default 7d, Kafka's own default; "
+        "-1, no time limit, always passes): e.g. 3d, 36h",
     )
 
 
@@ -692,6 +1019,7 @@ def run(args, environ: Mapping[str, str] | None = None) -> int:
         or allow_from_env(env)
         or SINGLE_REPLICA in settings.doctor_allow,
         ready_partitions=args.partitions,
+        min_retention=args.min_retention,
     )
     if options.allow_single_replica:
         log.warning("doctor: the single-replica override is in force: replication checks only warn")

@@ -9,7 +9,11 @@ What refuses a start (:func:`decide`, pure):
   ``/readyz`` under ``overridden`` (still 200), on the console's overview and as
   ``leasework_doctor_overridden{check}`` = 1.
 - never a warning, and never a failure that does not break the promise
-  (:data:`NOT_BLOCKING`: no live API token leaves the api refusing requests, nothing lost).
+  (:data:`NOT_BLOCKING`: no live API token leaves the api refusing requests, nothing lost;
+  a topic's ``retention.ms`` below the doctor's bound or a finite ``retention.bytes``
+  (:data:`NOT_BLOCKING_PREFIXES`): Kafka deletes a backlog older or bigger than that, Postgres
+  still holds its jobs and leasework republishes them, and a worker refused a start would only
+  let the backlog grow older and bigger, which is what those settings delete).
 - never an unreachable dependency (the doctor's ``kafka``, ``redis`` and ``postgres``
   checks: it could not connect or log in, or gave no answer within :data:`BUDGET`). The
   roles wait for their dependencies and name them in ``/readyz``; a process that exits
@@ -39,6 +43,9 @@ log = logging.getLogger("leasework.preflight")
 DEPENDENCIES = ("kafka", "redis", "postgres")
 # failures that do not break "nothing lost, nothing twice": reported, never refuse a start
 NOT_BLOCKING = frozenset({"postgres.tokens"})
+# ... and these checks of every topic (kafka.retention.jobs.ready, ...): reported, logged at
+# every start, never refuse (the module docstring says why)
+NOT_BLOCKING_PREFIXES = ("kafka.retention", "kafka.retention_bytes")
 # what LEASEWORK_DOCTOR_ALLOW=single-replica stands for (as doctor --allow-single-replica)
 SINGLE_REPLICA_CHECKS = ("kafka.replication", "kafka.min_insync")
 BUDGET = 12.0  # seconds for all the start-up checks; a dependency slower is "unreachable"
@@ -74,6 +81,13 @@ def allowed(name: str, allow: Iterable[str]) -> bool:
     return False
 
 
+def blocking(name: str) -> bool:
+    """Whether a failure of the check ``name`` refuses a start (pure)."""
+    if name in NOT_BLOCKING:
+        return False
+    return not any(name.startswith(prefix + ".") for prefix in NOT_BLOCKING_PREFIXES)
+
+
 def decide(checks: Iterable[Check], allow: Sequence[str]) -> Verdict:
     """Sort the doctor's checks into what refuses a start, what an override lets pass, what
     could not be checked and what is only reported (pure; the rules: module docstring)."""
@@ -84,7 +98,7 @@ def decide(checks: Iterable[Check], allow: Sequence[str]) -> Verdict:
             continue
         if check.name in DEPENDENCIES:
             sorted_["unreachable"].append(check)
-        elif check.status != FAIL or check.name in NOT_BLOCKING:
+        elif check.status != FAIL or not blocking(check.name):
             noted.append(check)
         elif allowed(check.name, allow):
             sorted_["overridden"].append(check)

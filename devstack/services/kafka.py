@@ -182,7 +182,11 @@ def render_server_properties(node_id: int, log_dir: Path, tls_dir: Path) -> str:
         "replica.fetch.wait.max.ms": 500,
         "num.recovery.threads.per.data.dir": 1,
         "background.threads": 2,
-        "log.retention.hours": 24,
+        # a week, as `leasework doctor` asks of every topic leasework uses (a shorter one
+        # deletes a backlog that waits longer); checked every 5 s, so the chaos harness's
+        # retention_shrink deletes a backlog within seconds (Kafka's default is 5 minutes)
+        "log.retention.hours": 168,
+        "log.retention.check.interval.ms": 5000,
         "log.segment.bytes": 64 * 1024 * 1024,
         "log.cleaner.threads": 1,
         "unclean.leader.election.enable": "false",
