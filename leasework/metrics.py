@@ -223,3 +223,11 @@ audit_last_pass = Gauge(
     "leasework_audit_last_pass_timestamp_seconds",
     "When this process's auditor last completed a pass (unix time)",
 )
+consumer_offset_resets = Counter(
+    "leasework_consumer_offset_resets",
+    "Partitions a worker's consumer started again at the log start for want of a usable "
+    "offset (auto.offset.reset is error), by reason: no_committed_offset (a new group, or its "
+    "offsets expired), out_of_range (Kafka deleted records the group had not read), "
+    "log_truncated (the log ends before the group's offset), other",
+    ["queue", "priority", "reason"],
+)

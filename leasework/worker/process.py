@@ -279,7 +279,14 @@ class Worker:
             stages.start_soon(claim.run, batches_out)
             stages.start_soon(self.run_jobs, started_out, offsets, slots)
             await consume(
-                consumer, offsets, slots, stopping, batches_in, lambda: queue in self.paused, band
+                consumer,
+                offsets,
+                slots,
+                stopping,
+                batches_in,
+                lambda: queue in self.paused,
+                band,
+                queue,
             )
             await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
             stages.cancel_scope.cancel()  # every slot is back: the stages hold nothing
