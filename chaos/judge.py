@@ -123,6 +123,15 @@ def history_findings(e: Evidence) -> Iterator[Finding]:
 
 
 def lost_bound(e: Evidence) -> Iterator[Finding]:
+    if e.expect.expect_lost:
+        if e.verdict.lost == 0:
+            yield Finding(
+                "lost",
+                False,
+                "expected lost jobs (the recovery of lost records off) but saw none: this run "
+                "could not have failed",
+            )
+        return
     if e.verdict.lost > e.expect.max_lost:
         yield Finding(
             "lost", False, f"{e.verdict.lost} job(s) lost; at most {e.expect.max_lost} allowed"

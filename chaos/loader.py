@@ -53,6 +53,7 @@ A scenario file (``scenarios/*.toml``)::
                                    # "relay": the stack's, restarted with these options
     clock_offset = 60              # its scheduler's clock runs 60 s fast (-3600 to 3600)
     unsafe_scheduler = false       # true: the fire pass without its guards (must double ticks)
+    recovery = true                # false: no recovery of lost Kafka records (must lose jobs)
 
     [[schedules]]                  # optional: schedules ticking while the run lasts
     cron = "* * * * * *"           # six fields, seconds first: every second
@@ -83,6 +84,7 @@ A scenario file (``scenarios/*.toml``)::
     recovery_seconds = 30
     alerts = ["LeaseworkFenceRejections"]
     expect_doubled = false         # true for the unsafe run: it must show duplicate effects
+    expect_lost = false            # true with a relay's recovery = false: it must lose jobs
     min_redeliveries = 0           # evidence the fault hit running jobs (checked by the runner)
     min_unknown_landed = 0         # evidence of unknown submits that landed (ditto)
     min_duplicate_messages = 0     # evidence of outbox rows produced twice (ditto)
@@ -416,6 +418,7 @@ def _relays(top: _Table) -> tuple[RelaySpec, ...]:
                 name=name,
                 clock_offset=table.number("clock_offset", 0.0, low=-3600, high=3600),
                 unsafe_scheduler=table.boolean("unsafe_scheduler", False),
+                recovery=table.boolean("recovery", True),
             )
         )
         table.done()
@@ -476,6 +479,7 @@ def _expectations(table: _Table | None) -> Expectations:
         recovery_seconds=table.number("recovery_seconds", None, above=True),
         alerts=table.strings("alerts"),
         expect_doubled=table.boolean("expect_doubled", False),
+        expect_lost=table.boolean("expect_lost", False),
         min_redeliveries=table.number("min_redeliveries", 0, integer=True),
         min_unknown_landed=table.number("min_unknown_landed", 0, integer=True),
         min_duplicate_messages=table.number("min_duplicate_messages", 0, integer=True),
@@ -542,6 +546,19 @@ def parse_scenario(data: Mapping[str, Any], *, source: str = "<memory>") -> Scen
             "true only makes sense with [[schedules]] and a relay with unsafe_scheduler = "
             "true: with the scheduler's guards on, a doubled tick is exactly what must not "
             "happen",
+        )
+    if expect.expect_lost and not any(not r.recovery for r in relays):
+        raise ScenarioError(
+            source,
+            "expect.expect_lost",
+            "true only makes sense with a relay whose recovery = false: with the recovery of "
+            "lost records on, a lost job is exactly what must not happen",
+        )
+    if expect.expect_lost and expect.max_lost:
+        raise ScenarioError(
+            source,
+            "expect.max_lost",
+            "expect_lost = true needs lost jobs, so it takes no max_lost; leave it out",
         )
     if expect.expect_doubled_keys and not (unique and unique.unsafe):
         raise ScenarioError(

@@ -167,6 +167,7 @@ def render_markdown(
             ("history operations", len(history)),
             ("expect: max lost / max doubled", f"{e.max_lost} / {e.max_doubled}"),
             ("expect: duplicate effects", "yes" if e.expect_doubled else "no"),
+            ("expect: lost jobs (recovery off)", "yes" if e.expect_lost else "no"),
             ("expect: recovery bound (s)", e.recovery_seconds),
             ("expect: alerts", ", ".join(e.alerts) or None),
             *scenario_schedule_rows(scenario),

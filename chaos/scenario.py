@@ -124,6 +124,7 @@ class Expectations:
     recovery_seconds: float | None = None  # bound on every fault's recovery time
     alerts: tuple[str, ...] = ()  # Prometheus alerts that must fire during the run
     expect_doubled: bool = False  # the unsafe run must show at least one duplicate effect
+    expect_lost: bool = False  # the unsafe run (recovery off) must lose at least one job
     # evidence that the fault really hit (checked by the runner, so no run passes vacuously):
     min_redeliveries: int = 0  # jobs run again after an attempt that did not fail by itself
     min_unknown_landed: int = 0  # submits whose outcome was unknown yet created their job
@@ -154,6 +155,9 @@ class RelaySpec:
     name: str
     clock_offset: float = 0.0  # seconds its scheduler's clock is off (LEASEWORK_FAKE_CLOCK_OFFSET)
     unsafe_scheduler: bool = False  # its fire pass without the guards (LEASEWORK_UNSAFE_SCHEDULER)
+    # its recovery of lost Kafka records; False: off (LEASEWORK_RECOVERY_AFTER=never), so a
+    # record Kafka loses strands its job (the unsafe twins of the record-loss scenarios)
+    recovery: bool = True
 
     @property
     def extra(self) -> bool:
@@ -168,6 +172,8 @@ class RelaySpec:
         if self.unsafe_scheduler:
             env[UNSAFE_SCHEDULER_VARIABLE] = "1"
             env[UNSAFE_SCHEDULER_CONFIRMATION] = "yes"
+        if not self.recovery:
+            env["LEASEWORK_RECOVERY_AFTER"] = "never"
         return env
 
 

@@ -17,6 +17,8 @@ module          faults
 ``redis``       redis_restart, redis_flushall
 ``postgres``    postgres_restart (not in the default random mix)
 ``queues``      queue_pause (an operator's pause; not in the default random mix)
+``records``     records_delete, topic_recreate, offsets_reset, retention_shrink (Kafka
+                forgets records a waiting job needs; not in the default random mix)
 ==============  =====================================================================
 
 :data:`RANDOM_MIX` is what a ``[random_faults]`` table draws from when it names no faults:

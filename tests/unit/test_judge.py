@@ -223,3 +223,18 @@ def test_pause_windows_pair_each_pause_with_the_resume_after_it():
         entry("queue-resume", "reports", "resumed_at", t2),  # paused before the run: no window
     ]
     assert windows_of(entries) == [("default", t0, t2), ("emails", t1, None)]
+
+
+def test_a_run_without_lost_record_recovery_must_lose_jobs_and_one_with_it_must_not():
+    from chaos.judge import lost_bound
+
+    unsafe = loads_scenario(
+        'name = "s"\n[workload]\nrate = 1\nduration = 10\n'
+        '[[relays]]\nname = "relay"\nrecovery = false\n[expect]\nexpect_lost = true\n'
+    ).expect
+    lost = dataclasses.replace(empty_verdict(), lost=3)
+    assert list(lost_bound(Evidence(lost, unsafe, view=VIEW))) == []
+    (nothing,) = lost_bound(Evidence(empty_verdict(), unsafe, view=VIEW))
+    assert nothing.valid is False and "could not have failed" in nothing.message
+    (safe,) = lost_bound(Evidence(lost, expectations("max_lost = 0\n"), view=VIEW))
+    assert safe.valid is False and "3 job(s) lost" in safe.message

@@ -35,9 +35,11 @@ HISTORICAL_ORDER = (
 def test_the_vocabulary_is_the_registry_in_its_families_order():
     # the random mix draws from the historical vocabulary; later faults come after it
     assert nemeses.RANDOM_MIX == HISTORICAL_ORDER
-    assert nemeses.FAULTS == (*HISTORICAL_ORDER, "postgres_restart", "queue_pause")
+    added = ("postgres_restart", "queue_pause")
+    records = ("records_delete", "topic_recreate", "offsets_reset", "retention_shrink")
+    assert nemeses.FAULTS == (*HISTORICAL_ORDER, *added, *records)
     families = [nemeses.lookup(name).family for name in nemeses.FAULTS]
-    order = ["toxic", "process", "kafka", "redis", "postgres", "queue"]
+    order = ["toxic", "process", "kafka", "redis", "postgres", "queue", "records"]
     assert families == sorted(families, key=order.index)
     with pytest.raises(ValueError, match="unknown fault 'meteor'; known: latency, "):
         nemeses.lookup("meteor")

@@ -461,3 +461,48 @@ def test_a_fault_may_wait_for_a_workers_gauge(tmp_path):
 )
 def test_a_wait_reads_the_workers_its_fault_hits(target, workers):
     assert fault_workers(target) == workers
+
+
+def test_a_relay_may_run_without_lost_record_recovery_and_its_run_then_expects_lost_jobs(
+    tmp_path,
+):
+    relay = '[[relays]]\nname = "relay"\nrecovery = false\n'
+    scenario = load_scenario(write(tmp_path, MINIMAL + relay + "[expect]\nexpect_lost = true\n"))
+    (spec,) = scenario.relays
+    assert spec.env() == {"LEASEWORK_RECOVERY_AFTER": "never"}
+    assert scenario.expect.expect_lost is True
+    with pytest.raises(ScenarioError, match="recovery = false"):
+        load_scenario(write(tmp_path, MINIMAL + "[expect]\nexpect_lost = true\n"))
+    both = relay + "[expect]\nexpect_lost = true\nmax_lost = 2\n"
+    with pytest.raises(ScenarioError, match="expect.max_lost"):
+        load_scenario(write(tmp_path, MINIMAL + both))
+
+
+def test_the_record_faults_act_on_a_queue_bands_topic_only():
+    for fault in ("records_delete", "topic_recreate", "offsets_reset", "retention_shrink"):
+        assert target_problem(fault, "jobs.ready") is None
+        assert target_problem(fault, "jobs.ready.emails.p2") is None
+        assert "queue band's topic" in target_problem(fault, "jobs.dlq")
+        assert "queue band's topic" in target_problem(fault, "worker-1")
+
+
+def test_every_record_loss_scenario_has_an_unsafe_twin_that_must_lose_jobs():
+    scenarios = {s.name: s for s in load_scenarios(Path(__file__).parents[2] / "scenarios")}
+    record_faults = {"records_delete", "topic_recreate", "offsets_reset", "retention_shrink"}
+    safe = [
+        s
+        for s in scenarios.values()
+        if record_faults & set(s.fault_names) and not s.expect.expect_lost
+    ]
+    assert len(safe) >= 5
+    for scenario in safe:
+        twins = [
+            t
+            for t in scenarios.values()
+            if t.expect.expect_lost
+            and t.faults == scenario.faults
+            and dataclasses.replace(t.workload, quiet_timeout=0)
+            == dataclasses.replace(scenario.workload, quiet_timeout=0)
+        ]
+        assert twins, f"{scenario.name} has no unsafe twin"
+        assert scenario.expect.max_lost == 0 and all(r.recovery for r in scenario.relays)
