@@ -18,28 +18,49 @@ one :class:`Kind`:
     the job's outcome was written under a fence older than its newest attempt's, or it
     succeeded while its current attempt recorded something else: a stale worker's write won.
 ``over_budget``
-    the job ran more attempts than its ``max_attempts``.
+    the job ran more attempts than its ``max_attempts``: the budget in force, since an
+    operator's retry of a dead or cancelled job raises it (to its attempts so far plus its
+    ``attempt_budget``) and nothing lowers it. The job's row and its attempts are read in
+    one statement, so the budget is the one in force for the attempts read with it (read
+    apart, a retry and its new attempt committed between the two reads made a job seem
+    over its budget, and its outcome stale).
 ``overdue_lease``
     the job is ``running`` past its lease by more than the grace: the reaper is not taking
-    leases back.
+    leases back. The lease is the one its claim (or its latest heartbeat) recorded,
+    ``lease_expires_at``, under the TTL of the worker that wrote it: a TTL changed since
+    changes nothing about it.
 ``stuck_queued``
     the job has been due for longer than the bound, with no outbox row waiting and no
-    attempt started since: it was published and never delivered (or never published).
+    attempt started since: it was published and never delivered (or never published). Due
+    since the later of its ``run_at`` and its insert: a job inserted with a ``run_at`` long
+    past (a backfilled tick) has waited only since it exists.
 ``vanished``
     the job's row was deleted other than by the pruner: recorded by the delete itself (a
     trigger, migration 0009), counted by the auditor's next pass.
 ``tick_twice``
     a schedule's tick has more than one job (the tick row should have let one insert only):
-    the schedule fired twice for one instant. Every job of the tick is named.
+    the schedule fired twice for one instant. Every job of the tick is named. A schedule
+    deleted and created again under its name (the api's way to change one) is another
+    schedule: its ticks are new, and a backfill may rightly give an instant the deleted one
+    fired a job again, so jobs created on either side of a deletion of the name (recorded by
+    the delete, migration 0025) are not counted together.
 ``over_limit``
-    more attempts of a concurrency limit's jobs (its type's, per key) ran at one instant
-    than the limit allows (as the type registers it now): the claim's stamp should have held
-    the job instead. Counted from the attempts' spans, started to finished (a reaped
-    attempt's span ends when the reaper took it back, as its slot did).
+    an attempt started while more attempts of its concurrency limit (its type's, per key, or
+    its queue's cap) ran, itself included, than the limit in force at that start allowed:
+    the limit the claim's stamp applied, recorded on the attempt (migration 0025), so a cap
+    lowered while jobs ran judges only the starts after it by the new one. Counted from the
+    attempts' spans, started to finished (a reaped attempt's span ends when the reaper took
+    it back, as its slot did). Or an attempt started with more starts of its rate limit's
+    key within the rate's period up to it than the rate in force then allowed (the rate
+    recorded on the attempt; only the starts made under that same rate count). An attempt
+    from before migration 0025 has nothing recorded and is judged against the limits as
+    they are now.
 ``unique_twice``
     two jobs of one unique key certainly held it at the same time: an attempt of each ran at
     once, or one ran after the other finished in a state its key holds in. The unique index
-    should have refused the second insert. Both jobs are named.
+    should have refused the second insert. Both jobs are named. The states a job's key holds
+    in are the ones its insert recorded (``unique_states``, from the policy then), so a
+    policy changed between two jobs of a key judges each by its own.
 
 Effects and outcomes are checked for finished jobs (their attempts are closed); leases and
 queues on what is waiting now; a finished job's tick and unique key against the other jobs
@@ -112,16 +133,18 @@ class FinishedJob:
     unique_key: bytes | None = None  # its unique key, if it asked for one
     limit_key: str | None = None  # the concurrency limit it ran under, if its type has one
     queue: str = "default"  # the queue it ran in (a queue's cap is a limit too)
-    rate_key: str | None = None  # the rate limit its starts count against, if any
+    type: str | None = None  # its type (its rate now, for an attempt that recorded none)
 
 
 @dataclass(frozen=True)
 class TickJob:
-    """A job that carries a schedule's tick (``schedule``, ``tick_at``)."""
+    """A job that carries a schedule's tick (``schedule``, ``tick_at``), and when it was
+    created (its insert's transaction's start)."""
 
     id: uuid.UUID
     schedule: str
     tick_at: datetime
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -146,12 +169,45 @@ def _overlap(a: tuple[datetime, datetime | None], b: tuple[datetime, datetime | 
 
 
 @dataclass(frozen=True)
+class RateRule:
+    """A type's rate limit as the auditor holds starts to it: ``count`` per ``per`` seconds,
+    ``burst`` at once."""
+
+    count: int
+    per: float
+    burst: int
+
+    @property
+    def allowed(self) -> int:
+        """The most starts any window of ``per`` seconds may hold: GCRA hands out one per
+        ``per / count`` seconds after up to ``burst`` at once, so ``count`` plus ``burst``
+        (one more than the steady rate for the window's two ends, and the burst's head)."""
+        return self.count + self.burst
+
+    @classmethod
+    def of(cls, spec: Mapping[str, Any] | None) -> RateRule | None:
+        """The rule of a rate as ``job_types.rate`` holds it (``{"count", "per", "burst",
+        "key"}``); None for none."""
+        if not isinstance(spec, Mapping):
+            return None
+        return cls(int(spec["count"]), float(spec["per"]), int(spec.get("burst") or 1))
+
+
+@dataclass(frozen=True)
 class AttemptRow:
+    """An attempt of a finished job, and the limits its claim's stamp applied to it
+    (``limits_recorded``; migration 0025): its type's concurrency limit, its queue's cap, its
+    type's rate (None: none was in force). An attempt opened before that records none."""
+
     job_id: uuid.UUID
     attempt: int
     fence: int
     outcome: str | None
     effects_committed: bool
+    limits_recorded: bool = False
+    key_limit: int | None = None
+    queue_limit: int | None = None
+    rate: RateRule | None = None
 
 
 @dataclass(frozen=True)
@@ -237,27 +293,40 @@ def check_finished(jobs: Iterable[FinishedJob], attempts: Iterable[AttemptRow]) 
     return found
 
 
-def check_ticks(jobs: Iterable[FinishedJob], tick_jobs: Iterable[TickJob]) -> list[Violation]:
+def check_ticks(
+    jobs: Iterable[FinishedJob],
+    tick_jobs: Iterable[TickJob],
+    deletions: Mapping[str, Iterable[datetime]] | None = None,
+) -> list[Violation]:
     """Every job of a tick that has more than one, for the ticks of the finished ``jobs``
-    (``tick_jobs``: every job of those ticks)."""
-    of: dict[tuple[str, datetime], list[TickJob]] = {}
+    (``tick_jobs``: every job of those ticks). ``deletions``: when schedules of those names
+    were deleted (migration 0025); the jobs of a name created on either side of a deletion
+    were two schedules' (the deleted one's, the one created after it), and each schedule's
+    ticks are counted on their own."""
+    ends = {name: sorted(times) for name, times in (deletions or {}).items()}
+    # each tick's jobs by which schedule of its name made them (the deletions before each)
+    of: dict[tuple[str, datetime], dict[int, list[TickJob]]] = {}
+    made_by: dict[uuid.UUID, int] = {}
     for row in tick_jobs:
-        of.setdefault((row.schedule, row.tick_at), []).append(row)
+        gone = ends.get(row.schedule, [])
+        which = 0 if row.created_at is None else bisect.bisect_right(gone, row.created_at)
+        of.setdefault((row.schedule, row.tick_at), {}).setdefault(which, []).append(row)
+        made_by[row.id] = which
     found: dict[uuid.UUID, Violation] = {}
     for job in jobs:
         if job.schedule is None or job.tick_at is None:
             continue
-        carried = of.get((job.schedule, job.tick_at), [])
-        if len(carried) < 2:
-            continue
-        for row in carried:
-            others = ", ".join(str(o.id) for o in carried if o.id != row.id)
-            found[row.id] = Violation(
-                Kind.TICK_TWICE,
-                row.id,
-                f"tick {job.tick_at.isoformat()} of schedule {job.schedule} has "
-                f"{len(carried)} jobs: this one and {others}",
-            )
+        for which, carried in of.get((job.schedule, job.tick_at), {}).items():
+            if len(carried) < 2 or made_by.get(job.id, which) != which:
+                continue
+            for row in carried:
+                others = ", ".join(str(o.id) for o in carried if o.id != row.id)
+                found[row.id] = Violation(
+                    Kind.TICK_TWICE,
+                    row.id,
+                    f"tick {job.tick_at.isoformat()} of schedule {job.schedule} has "
+                    f"{len(carried)} jobs: this one and {others}",
+                )
     return list(found.values())
 
 
@@ -297,112 +366,111 @@ def check_unique_keys(jobs: Iterable[FinishedJob], key_jobs: Iterable[KeyJob]) -
 @dataclass(frozen=True)
 class LimitSpan:
     """An attempt of a job that ran under a concurrency limit: started, finished (None:
-    still running)."""
+    still running), and the limit its claim's stamp applied (``recorded``, migration 0025;
+    ``limit`` None: none was in force). One opened before that records nothing."""
 
     job_id: uuid.UUID
     limit_key: str
     started: datetime
     finished: datetime | None
+    recorded: bool = False
+    limit: int | None = None
+
+    @property
+    def ran(self) -> bool:
+        """Whether it held a slot for any time (a span finishing where or before it started
+        did not, at least to the clock's resolution)."""
+        return self.finished is None or self.started < self.finished
 
 
-def most_at_once(mine: LimitSpan, spans: Iterable[LimitSpan]) -> int:
-    """The most of ``spans`` (its limit's attempts, ``mine`` among them) running at one
-    instant while ``mine`` ran: the count peaks where one of them starts."""
-    spans = list(spans)
-    points = [s.started for s in spans if _overlap((s.started, s.started), _span(mine))]
-    points.append(mine.started)
-    return max(
-        sum(1 for s in spans if s.started <= p and (s.finished is None or p < s.finished))
-        for p in points
+def running_at_start(mine: LimitSpan, spans: Iterable[LimitSpan]) -> int:
+    """How many of ``spans`` (its limit's attempts, ``mine`` among them) were running when
+    ``mine`` started, itself included: started at or before that instant and not finished
+    by it (an attempt that finished at that very instant had freed its slot)."""
+    at = mine.started
+    return sum(
+        1
+        for s in spans
+        if s is mine or (s.started <= at and (s.finished is None or at < s.finished))
     )
 
 
-def _span(s: LimitSpan) -> tuple[datetime, datetime | None]:
-    return (s.started, s.finished)
-
-
-def peaks(spans: Sequence[LimitSpan]) -> list[int]:
-    """:func:`most_at_once` of each of ``spans`` (one limit's attempts) against them all, in
-    O(n log n) rather than n times O(n): the running count at each start (starts so far less
-    finishes so far), and for each span the most of those counts at the starts within it, by
-    a sparse table of maxima. A queue's cap is one limit for every job of the queue, so a
-    pass of 5,000 capped jobs took 18 s the quadratic way (measured, tools/bench/audit.py);
-    the result is the same (tests/unit/test_audit.py checks it against
-    :func:`most_at_once`)."""
-    live = [s for s in spans if s.finished is None or s.started < s.finished]
-    starts = sorted(s.started for s in live)
-    finishes = sorted(s.finished for s in live if s.finished is not None)
-    points = sorted(set(starts))
-    counts = [bisect.bisect_right(starts, p) - bisect.bisect_right(finishes, p) for p in points]
-    most = RangeMax(counts)
-    result = []
-    for s in spans:
-        if s.finished is not None and s.finished <= s.started:  # the others at its start
-            at = s.started
-            result.append(bisect.bisect_right(starts, at) - bisect.bisect_right(finishes, at))
-            continue
-        lo = bisect.bisect_left(points, s.started)
-        hi = len(points) if s.finished is None else bisect.bisect_left(points, s.finished)
-        result.append(most(lo, hi))
-    return result
-
-
-class RangeMax:
-    """The most of ``values[lo:hi]`` in O(1) after O(n log n) (a sparse table: level ``j``
-    holds the most of each run of ``2**j``)."""
-
-    def __init__(self, values: Sequence[int]) -> None:
-        self.table = [list(values)]
-        while 2 ** len(self.table) <= len(values):
-            last, half = self.table[-1], 2 ** (len(self.table) - 1)
-            self.table.append([max(last[i], last[i + half]) for i in range(len(last) - half)])
-
-    def __call__(self, lo: int, hi: int) -> int:
-        """The most of ``values[lo:hi]``; 0 for an empty range."""
-        if hi <= lo:
-            return 0
-        level = (hi - lo).bit_length() - 1
-        return max(self.table[level][lo], self.table[level][hi - 2**level])
+def running_at_starts(spans: Sequence[LimitSpan]) -> list[int]:
+    """:func:`running_at_start` of each of ``spans`` (one limit's attempts) against them all,
+    in O(n log n) rather than n times O(n): at each start, the starts so far less the
+    finishes so far. A queue's cap is one limit for every job of the queue, so a pass of
+    5,000 capped jobs took 18 s the quadratic way (measured, tools/bench/audit.py);
+    tests/unit/test_audit.py checks the two agree."""
+    starts = sorted(s.started for s in spans if s.ran)
+    finishes = sorted(s.finished for s in spans if s.ran and s.finished is not None)
+    return [
+        bisect.bisect_right(starts, s.started)
+        - bisect.bisect_right(finishes, s.started)
+        + (0 if s.ran else 1)  # (itself, not among the spans that held a slot)
+        for s in spans
+    ]
 
 
 def check_limits(
     jobs: Iterable[FinishedJob], spans: Iterable[LimitSpan], limits: Mapping[str, int]
 ) -> list[Violation]:
-    """Each finished job with a limit key one of whose attempts ran while more attempts of
-    its key were running than its type's limit (``limits``, by type; a queue's cap is the
-    limit ``@<queue>``, see :func:`queue_capped`) allows. ``spans``: every attempt of the
-    jobs of those keys that may overlap."""
+    """Each finished job with a limit key one of whose attempts started while more attempts
+    of its key ran, itself included, than the limit in force at that start: the one its
+    claim's stamp applied (recorded on the attempt), else, for an attempt from before
+    migration 0025, its type's limit as registered now (``limits``, by type; a queue's cap is
+    the limit ``@<queue>``, see :func:`queue_capped`). An attempt its stamp recorded no limit
+    for is not judged (none held it), yet counts against the others while it runs.
+    ``spans``: every attempt of the jobs of those keys that may have run at their starts."""
+    wanted = {j.id: j.limit_key for j in jobs if j.limit_key is not None}
     of: dict[str, list[LimitSpan]] = {}
     for s in spans:
         of.setdefault(s.limit_key, []).append(s)
-    # the most at once while each attempt ran, by (limit key, job id): computed per key once
-    most_of: dict[tuple[str, uuid.UUID], int] = {}
+    # each job's worst start: (running at it, the limit then, recorded or as now)
+    worst: dict[uuid.UUID, tuple[int, int, bool]] = {}
     for key, key_spans in of.items():
-        for s, most in zip(key_spans, peaks(key_spans), strict=True):
-            most_of[key, s.job_id] = max(most_of.get((key, s.job_id), 0), most)
-    found = []
-    for job in jobs:
-        limit = limits.get((job.limit_key or "").split("/", 1)[0])
-        if job.limit_key is None or limit is None:
-            continue
-        most = most_of.get((job.limit_key, job.id), 0)
-        if most > limit:
-            found.append(
-                Violation(
-                    Kind.OVER_LIMIT,
-                    job.id,
-                    f"ran while {most} attempts of its limit {job.limit_key} ran at once; its "
-                    f"limit is {limit}",
-                )
-            )
-    return found
+        for s, running in zip(key_spans, running_at_starts(key_spans), strict=True):
+            if wanted.get(s.job_id) != key:
+                continue
+            limit = s.limit if s.recorded else limits.get(key.split("/", 1)[0])
+            if limit is None or running <= limit:
+                continue
+            seen = worst.get(s.job_id)
+            if seen is None or running - limit > seen[0] - seen[1]:
+                worst[s.job_id] = (running, limit, s.recorded)
+    return [
+        Violation(
+            Kind.OVER_LIMIT,
+            job_id,
+            f"started while {running} attempts of its limit {wanted[job_id]} ran (itself "
+            f"included); the limit {'its claim applied' if recorded else 'as set now'} is "
+            f"{limit}",
+        )
+        for job_id, (running, limit, recorded) in worst.items()
+    ]
 
 
-def queue_capped(jobs: Iterable[FinishedJob], caps: Mapping[str, int]) -> list[FinishedJob]:
-    """The jobs of the queues ``caps`` caps, each as a job of the limit ``@<queue>`` (the
+def limit_judged(rows: Iterable[AttemptRow], value: str, limited_now: bool) -> bool:
+    """Whether any of a job's attempts (``rows``) has a limit to be held to: one its stamp
+    recorded (``value``, the attempt's field: ``key_limit``, ``queue_limit``, ``rate``), or,
+    recorded nothing (before migration 0025), one in force now (``limited_now``)."""
+    return any(getattr(r, value) is not None if r.limits_recorded else limited_now for r in rows)
+
+
+def queue_capped(
+    jobs: Iterable[FinishedJob], caps: Mapping[str, int], attempts: Iterable[AttemptRow] = ()
+) -> list[FinishedJob]:
+    """The jobs to hold to their queue's cap, each as a job of the limit ``@<queue>`` (the
     name a held job's ``held_for`` gives a queue's cap), for :func:`check_limits` with
-    :func:`cap_limits`."""
-    return [replace(j, limit_key=f"@{j.queue}") for j in jobs if j.queue in caps]
+    :func:`cap_limits`: those one of whose ``attempts`` was stamped under a cap, or, opened
+    before migration 0025, is in a queue ``caps`` caps now."""
+    of: dict[uuid.UUID, list[AttemptRow]] = {}
+    for row in attempts:
+        of.setdefault(row.job_id, []).append(row)
+    return [
+        replace(j, limit_key=f"@{j.queue}")
+        for j in jobs
+        if limit_judged(of.get(j.id, []), "queue_limit", j.queue in caps)
+    ]
 
 
 def cap_limits(caps: Mapping[str, int]) -> dict[str, int]:
@@ -412,94 +480,69 @@ def cap_limits(caps: Mapping[str, int]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class RateStart:
-    """An attempt's start that counts against a rate limit."""
+    """An attempt's start that counts against a rate limit: its key, and the rate its claim
+    recorded (``recorded``, migration 0025; ``rule`` None: none was in force). One opened
+    before that records nothing."""
 
     job_id: uuid.UUID
     rate_key: str
     started: datetime
+    recorded: bool = False
+    rule: RateRule | None = None
 
 
-@dataclass(frozen=True)
-class RateRule:
-    """A type's rate limit as the auditor holds starts to it: ``count`` per ``per`` seconds,
-    ``burst`` at once."""
-
-    count: int
-    per: float
-    burst: int
-
-    @property
-    def allowed(self) -> int:
-        """The most starts any window of ``per`` seconds may hold: GCRA hands out one per
-        ``per / count`` seconds after up to ``burst`` at once, so ``count`` plus ``burst``
-        (one more than the steady rate for the window's two ends, and the burst's head)."""
-        return self.count + self.burst
-
-
-def most_in_window(mine: datetime, starts: Iterable[datetime], per: float) -> int:
-    """The most of ``starts`` (``mine`` among them) within a window of ``per`` seconds,
-    half-open, that holds ``mine``."""
+def started_within(mine: datetime, starts: Iterable[datetime], per: float) -> int:
+    """How many of ``starts`` (``mine`` among them) fall in the ``per`` seconds up to
+    ``mine``, itself included: after ``mine - per``, at or before ``mine``."""
     width = timedelta(seconds=per)
-    near = sorted(t for t in starts if mine - width < t < mine + width)
-    return max(
-        (sum(1 for t in near if first <= t < first + width) for first in near if first <= mine),
-        default=0,
-    )
+    return sum(1 for t in starts if mine - width < t <= mine)
 
 
-def window_peaks(starts: Sequence[datetime], per: float) -> list[int]:
-    """:func:`most_in_window` of each of ``starts`` (one rate key's) against them all, in
-    O(n log n): the count of the window opened by each start, and for each start the most of
-    those over the starts that open a window holding it (within ``per`` seconds before it).
-    A rate with no key is one key for all of its type's jobs, which the count by each job in
-    turn made quadratic (as :func:`peaks` says of a queue's cap)."""
+def started_within_each(starts: Sequence[datetime], per: float) -> list[int]:
+    """:func:`started_within` of each of ``starts`` (one rate's) against them all, in
+    O(n log n). A rate with no key is one key for all of its type's jobs, which the count by
+    each start in turn made quadratic (as :func:`running_at_starts` says of a queue's cap).
+    A window of ``per`` seconds holds more starts than a rate allows exactly when the
+    window that ends at its last start does, so the starts found are those that broke it."""
     width = timedelta(seconds=per)
     ordered = sorted(starts)
-    counts = [
-        bisect.bisect_left(ordered, t + width) - bisect.bisect_left(ordered, t) for t in ordered
-    ]
-    most = RangeMax(counts)
     return [
-        most(bisect.bisect_right(ordered, t - width), bisect.bisect_right(ordered, t))
-        for t in starts
+        bisect.bisect_right(ordered, t) - bisect.bisect_right(ordered, t - width) for t in starts
     ]
 
 
 def check_rates(
     jobs: Iterable[FinishedJob], starts: Iterable[RateStart], rules: Mapping[str, RateRule]
 ) -> list[Violation]:
-    """Each finished job with a rate key one of whose attempts started within a window of
-    its rate (``rules``, by type) holding more starts of its key than the rate allows
-    (:attr:`RateRule.allowed`). ``starts``: every start of those keys near theirs."""
-    of: dict[str, list[RateStart]] = {}
+    """Each finished job one of whose attempts started with more starts of its rate key in
+    the rate's period up to it, itself included, than the rate in force at that start
+    allows (:attr:`RateRule.allowed`): the rate its claim recorded, else, for an attempt
+    from before migration 0025, its type's as registered now (``rules``, by type). Only the
+    starts made under that same rate count: a changed rate starts a new pace (its limiter
+    hands out starts at the new interval from where the old one was), and the bound holds
+    within each. ``starts``: every start of those keys within a period before theirs."""
+    wanted = {j.id for j in jobs}
+    of: dict[tuple[str, RateRule], list[RateStart]] = {}
     for s in starts:
-        of.setdefault(s.rate_key, []).append(s)
-    # the most in a window while each start ran, by (rate key, job id): per key once
-    most_of: dict[tuple[str, uuid.UUID], int] = {}
-    for key, key_starts in of.items():
-        rule = rules.get(key.split("/", 1)[0])
-        if rule is None:
-            continue
-        times = [s.started for s in key_starts]
-        for s, most in zip(key_starts, window_peaks(times, rule.per), strict=True):
-            most_of[key, s.job_id] = max(most_of.get((key, s.job_id), 0), most)
-    found = []
-    for job in jobs:
-        rule = rules.get((job.rate_key or "").split("/", 1)[0])
-        if job.rate_key is None or rule is None:
-            continue
-        most = most_of.get((job.rate_key, job.id), 0)
-        if most > rule.allowed:
-            found.append(
-                Violation(
-                    Kind.OVER_LIMIT,
-                    job.id,
-                    f"started with {most} starts of its rate limit {job.rate_key} within "
-                    f"{rule.per:g}s; its rate allows {rule.allowed} ({rule.count} per "
-                    f"{rule.per:g}s, burst {rule.burst})",
-                )
-            )
-    return found
+        rule = s.rule if s.recorded else rules.get(s.rate_key.split("/", 1)[0])
+        if rule is not None:
+            of.setdefault((s.rate_key, rule), []).append(s)
+    worst: dict[uuid.UUID, tuple[int, str, RateRule]] = {}
+    for (key, rule), key_starts in of.items():
+        counts = started_within_each([s.started for s in key_starts], rule.per)
+        for s, most in zip(key_starts, counts, strict=True):
+            if s.job_id in wanted and most > rule.allowed:
+                if s.job_id not in worst or most > worst[s.job_id][0]:
+                    worst[s.job_id] = (most, key, rule)
+    return [
+        Violation(
+            Kind.OVER_LIMIT,
+            job_id,
+            f"started with {most} starts of its rate limit {key} within {rule.per:g}s; its "
+            f"rate allows {rule.allowed} ({rule.count} per {rule.per:g}s, burst {rule.burst})",
+        )
+        for job_id, (most, key, rule) in worst.items()
+    ]
 
 
 def overdue_lease(job_id: uuid.UUID, overdue_seconds: float, owner: str | None) -> Violation:
@@ -577,12 +620,17 @@ def finished_job(row: Mapping[str, Any]) -> FinishedJob:
         unique_key=bytes(row["unique_key"]) if row.get("unique_key") is not None else None,
         limit_key=row.get("limit_key"),
         queue=row.get("queue") or "default",
-        rate_key=row.get("rate_key"),
+        type=row.get("type"),
     )
 
 
 def tick_job(row: Mapping[str, Any]) -> TickJob:
-    return TickJob(id=row["id"], schedule=row["schedule"], tick_at=row["tick_at"])
+    return TickJob(
+        id=row["id"],
+        schedule=row["schedule"],
+        tick_at=row["tick_at"],
+        created_at=row.get("created_at"),
+    )
 
 
 def key_jobs(
@@ -613,4 +661,8 @@ def attempt_row(row: Mapping[str, Any]) -> AttemptRow:
         fence=int(row["fence"]),
         outcome=row["outcome"],
         effects_committed=bool(row["effects_committed"]),
+        limits_recorded=bool(row.get("limits_recorded")),
+        key_limit=row.get("key_limit"),
+        queue_limit=row.get("queue_limit"),
+        rate=RateRule.of(row.get("rate")),
     )

@@ -131,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    except psycopg.errors.UndefinedTable:
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+        # (migration 0008's tables, or 0025's columns: what each attempt's claim applied)
         print(
-            "leasework audit: the database has no auditor tables yet; run `leasework migrate`",
+            "leasework audit: the database's schema is older than this leasework "
+            f"({str(exc).splitlines()[0]}); run `leasework migrate`",
             file=sys.stderr,
         )
         return 1

@@ -29,6 +29,7 @@ from leasework.audit import (
     check_unique_keys,
     finished_job,
     key_jobs,
+    limit_judged,
     overdue_lease,
     queue_capped,
     stuck_queued,
@@ -78,6 +79,34 @@ def audit_state(conn: psycopg.Connection, *, lock: bool = False) -> AuditState |
     )
 
 
+# A batch of finished jobs with their attempts, in one statement: one snapshot, so each job's
+# row (its budget, its fence) is the one its attempts were read with. (Read in two
+# statements, an operator's retry and its new attempt committed between them made the job
+# seem over its budget and its outcome stale.)
+FINISHED = """
+WITH batch AS MATERIALIZED (
+    SELECT id, type, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
+           unique_key, limit_key, queue
+    FROM jobs
+    WHERE status = ANY(%(terminal)s::text[])
+      AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
+      AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz) OR id > %(after_id)s)
+      AND finished_at <= least(coalesce(%(until)s, 'infinity'::timestamptz),
+                               now() - make_interval(secs => %(settle)s))
+    ORDER BY finished_at, id
+    LIMIT %(limit)s)
+SELECT b.*, a.attempt AS a_attempt, a.fence AS a_fence, a.outcome AS a_outcome,
+       a.effects_committed AS a_effects_committed, a.limits_recorded AS a_limits_recorded,
+       a.key_limit AS a_key_limit, a.queue_limit AS a_queue_limit, a.rate AS a_rate
+FROM batch b
+-- (OFFSET 0: not flattened into a join, so each job's attempts are one index probe; as a
+-- join, the planner hashed the whole attempts table for a batch)
+LEFT JOIN LATERAL (SELECT attempt, fence, outcome, effects_committed, limits_recorded,
+                          key_limit, queue_limit, rate
+                   FROM attempts WHERE attempts.job_id = b.id OFFSET 0) a ON true
+ORDER BY b.finished_at, b.id"""
+
+
 def finished_since(
     conn: psycopg.Connection,
     after: Watermark,
@@ -88,22 +117,11 @@ def finished_since(
 ) -> tuple[list[FinishedJob], list[AttemptRow]]:
     """Up to ``limit`` finished jobs after ``after`` in (finished_at, id) order, finished no
     later than ``until`` nor than ``settle`` seconds ago (a transaction that stamped
-    finished_at and has not committed yet must not be overtaken), and all their attempts.
-    Through ``jobs_finished_idx``: the cost follows the batch, not the table."""
+    finished_at and has not committed yet must not be overtaken), and all their attempts,
+    read together (:data:`FINISHED`). Through ``jobs_finished_idx``: the cost follows the
+    batch, not the table."""
     rows = conn.execute(
-        """SELECT id, status, fence, attempt, max_attempts, finished_at, schedule, tick_at,
-                  unique_key, limit_key, queue,
-                  leasework_limit_key(type, payload, rate) AS rate_key
-           FROM jobs LEFT JOIN LATERAL (SELECT t.rate FROM job_types t
-                                        WHERE t.name = jobs.type) r ON true
-           WHERE status = ANY(%(terminal)s::text[])
-             AND finished_at >= coalesce(%(after)s, '-infinity'::timestamptz)
-             AND (finished_at > coalesce(%(after)s, '-infinity'::timestamptz)
-                  OR id > %(after_id)s)
-             AND finished_at <= least(coalesce(%(until)s, 'infinity'::timestamptz),
-                                      now() - make_interval(secs => %(settle)s))
-           ORDER BY finished_at, id
-           LIMIT %(limit)s""",
+        FINISHED,
         {
             "terminal": _TERMINAL,
             "after": after.finished_at,
@@ -113,15 +131,19 @@ def finished_since(
             "limit": limit,
         },
     ).fetchall()
-    jobs = [finished_job(r) for r in rows]
-    if not jobs:
-        return [], []
-    attempts = conn.execute(
-        "SELECT job_id, attempt, fence, outcome, effects_committed FROM attempts "
-        "WHERE job_id = ANY(%s::uuid[])",
-        ([j.id for j in jobs],),
-    ).fetchall()
-    return jobs, [attempt_row(r) for r in attempts]
+    jobs: dict[uuid.UUID, FinishedJob] = {}
+    attempts: list[AttemptRow] = []
+    for r in rows:
+        if r["id"] not in jobs:
+            jobs[r["id"]] = finished_job(r)
+        if r["a_attempt"] is not None:  # (a job with no attempt: one row, its own)
+            attempts.append(attempt_row({"job_id": r["id"], **_attempt_columns(r)}))
+    return list(jobs.values()), attempts
+
+
+def _attempt_columns(row: dict) -> dict:
+    """The attempt's columns of a row of :data:`FINISHED` (named ``a_`` and the column)."""
+    return {name[len("a_") :]: value for name, value in row.items() if name.startswith("a_")}
 
 
 def finished_violations(
@@ -130,18 +152,22 @@ def finished_violations(
     """What the finished ``jobs`` (with all their ``attempts``) break: their own invariants,
     and their ticks' and unique keys' against every other job that carries them (through
     jobs_schedule_tick_idx and jobs_unique_key_all_idx, migration 0010: one look-up each for
-    the batch, and none when no job of it came from a schedule or had a key)."""
+    the batch, and none when no job of it came from a schedule or had a key), and their
+    limits' against the other attempts of each limit, each start held to the limits its
+    stamp recorded (or, recorded nothing, to those in force now)."""
+    if not jobs:
+        return []
     found = check_finished(jobs, attempts)
     ticked = [j for j in jobs if j.schedule is not None and j.tick_at is not None]
     if ticked:
         rows = conn.execute(
-            """SELECT j.id, j.schedule, j.tick_at
+            """SELECT j.id, j.schedule, j.tick_at, j.created_at
                FROM (SELECT DISTINCT * FROM unnest(%s::text[], %s::timestamptz[]))
                     AS t(schedule, tick_at)
                JOIN jobs j ON j.schedule = t.schedule AND j.tick_at = t.tick_at""",
             ([j.schedule for j in ticked], [j.tick_at for j in ticked]),
         ).fetchall()
-        found += check_ticks(ticked, [tick_job(r) for r in rows])
+        found += check_ticks(ticked, [tick_job(r) for r in rows], schedule_deletions(conn, ticked))
     keyed = [j for j in jobs if j.unique_key is not None]
     if keyed:
         rows = conn.execute(
@@ -156,24 +182,56 @@ def finished_violations(
             ([r["id"] for r in rows],),
         ).fetchall()
         found += check_unique_keys(keyed, key_jobs(rows, spans))
-    limited = [j for j in jobs if j.limit_key is not None]
-    if limited:
-        found += check_limits(limited, limit_spans(conn, limited), type_limits(conn))
+    of: dict[uuid.UUID, list[AttemptRow]] = {}
+    for row in attempts:
+        of.setdefault(row.job_id, []).append(row)
+    if any(j.limit_key is not None for j in jobs):
+        limits = type_limits(conn)
+        limited = [
+            j
+            for j in jobs
+            if j.limit_key is not None
+            and limit_judged(of.get(j.id, []), "key_limit", _type_of(j.limit_key) in limits)
+        ]
+        if limited:
+            found += check_limits(limited, limit_spans(conn, limited), limits)
     caps = queue_caps(conn)
-    if capped := queue_capped(jobs, caps):
+    if capped := queue_capped(jobs, caps, attempts):
         found += check_limits(capped, queue_spans(conn, capped), cap_limits(caps))
-    rated = [j for j in jobs if j.rate_key is not None]
+    rules = type_rates(conn)
+    rated = [j for j in jobs if limit_judged(of.get(j.id, []), "rate", j.type in rules)]
     if rated:
-        rules = type_rates(conn)
-        found += check_rates(rated, rate_starts(conn, rated, rules), rules)
+        found += check_rates(rated, rate_starts(conn, rated, of, rules), rules)
     return found
 
 
+def _type_of(limit_key: str) -> str:
+    """The type a limit key is of (its name, before any '/' and the key's value)."""
+    return limit_key.split("/", 1)[0]
+
+
+def schedule_deletions(
+    conn: psycopg.Connection, ticked: list[FinishedJob]
+) -> dict[str, list[datetime]]:
+    """When each schedule of the names of ``ticked`` was deleted (migration 0025: a schedule
+    deleted and created again under its name is another schedule), oldest first."""
+    rows = conn.execute(
+        "SELECT name, deleted_at FROM schedule_deletions WHERE name = ANY(%s) "
+        "ORDER BY name, deleted_at",
+        (sorted({j.schedule for j in ticked if j.schedule is not None}),),
+    ).fetchall()
+    deletions: dict[str, list[datetime]] = {}
+    for r in rows:
+        deletions.setdefault(r["name"], []).append(r["deleted_at"])
+    return deletions
+
+
 def _attempts_window(conn: psycopg.Connection, jobs: list[FinishedJob]) -> dict | None:
-    """``lo`` and ``hi``: when the first attempt of ``jobs`` started and the last finished
-    (None: none started)."""
+    """``lo`` and ``hi``: when the first attempt of ``jobs`` started and the last one
+    (None: none started). The limits are judged at their starts, so the attempts that
+    matter are those running (or, for a rate, started) between them."""
     own = conn.execute(
-        "SELECT min(started_at) AS lo, max(finished_at) AS hi FROM attempts "
+        "SELECT min(started_at) AS lo, max(started_at) AS hi FROM attempts "
         "WHERE job_id = ANY(%s::uuid[])",
         ([j.id for j in jobs],),
     ).fetchone()
@@ -181,34 +239,43 @@ def _attempts_window(conn: psycopg.Connection, jobs: list[FinishedJob]) -> dict 
 
 
 def limit_spans(conn: psycopg.Connection, limited: list[FinishedJob]) -> list[LimitSpan]:
-    """The attempts of every job of the limits of ``limited`` that may overlap theirs
-    (through jobs_limit_key_idx, migration 0015: created before the last of theirs finished,
-    not finished before the first of theirs started)."""
+    """The attempts of every job of the limits of ``limited`` that may have run at one of
+    their starts (through jobs_limit_key_idx, migration 0015: created before the last of
+    them, not finished before the first), each with the type's limit its stamp recorded."""
     if (own := _attempts_window(conn, limited)) is None:
         return []
     rows = conn.execute(
-        """SELECT a.job_id, j.limit_key, a.started_at, a.finished_at
+        """SELECT a.job_id, j.limit_key, a.started_at, a.finished_at, a.limits_recorded,
+                  a.key_limit AS recorded_limit
            FROM jobs j JOIN attempts a ON a.job_id = j.id
            WHERE j.limit_key = ANY(%(keys)s) AND j.created_at <= %(hi)s
              AND (j.finished_at IS NULL OR j.finished_at >= %(lo)s)""",
         {"keys": sorted({j.limit_key for j in limited}), "lo": own["lo"], "hi": own["hi"]},
     ).fetchall()
-    return [
-        LimitSpan(r["job_id"], r["limit_key"], r["started_at"], r["finished_at"])
-        for r in rows
-        if r["started_at"] is not None
-    ]
+    return [_limit_span(r) for r in rows if r["started_at"] is not None]
+
+
+def _limit_span(row: dict) -> LimitSpan:
+    return LimitSpan(
+        row["job_id"],
+        row["limit_key"],
+        row["started_at"],
+        row["finished_at"],
+        recorded=bool(row["limits_recorded"]),
+        limit=row["recorded_limit"],
+    )
 
 
 def queue_spans(conn: psycopg.Connection, capped: list[FinishedJob]) -> list[LimitSpan]:
     """The attempts of every job of the queues of ``capped`` (jobs of limit ``@<queue>``)
-    that may overlap theirs: created before the last of theirs finished, and finished after
-    the first of theirs started or not finished (through jobs_finished_idx and
-    jobs_status_created_idx)."""
+    that may have run at one of their starts: created before the last of them, and finished
+    after the first or not finished (through jobs_finished_idx and jobs_status_created_idx),
+    each with the queue's cap its stamp recorded."""
     if (own := _attempts_window(conn, capped)) is None:
         return []
     rows = conn.execute(
-        """SELECT a.job_id, '@' || j.queue AS limit_key, a.started_at, a.finished_at
+        """SELECT a.job_id, '@' || j.queue AS limit_key, a.started_at, a.finished_at,
+                  a.limits_recorded, a.queue_limit AS recorded_limit
            FROM jobs j JOIN attempts a ON a.job_id = j.id
            WHERE j.queue = ANY(%(queues)s) AND j.created_at <= %(hi)s
              AND ((j.status = ANY(%(terminal)s::text[]) AND j.finished_at >= %(lo)s)
@@ -220,70 +287,80 @@ def queue_spans(conn: psycopg.Connection, capped: list[FinishedJob]) -> list[Lim
             "hi": own["hi"],
         },
     ).fetchall()
-    return [
-        LimitSpan(r["job_id"], r["limit_key"], r["started_at"], r["finished_at"])
-        for r in rows
-        if r["started_at"] is not None
-    ]
+    return [_limit_span(r) for r in rows if r["started_at"] is not None]
 
 
 def rate_starts(
-    conn: psycopg.Connection, rated: list[FinishedJob], rules: dict[str, RateRule]
+    conn: psycopg.Connection,
+    rated: list[FinishedJob],
+    attempts: dict[uuid.UUID, list[AttemptRow]],
+    rules: dict[str, RateRule],
 ) -> list[RateStart]:
-    """The starts of every job of the rate keys of ``rated`` within a rate's period of
-    theirs: its type's jobs created before the last of theirs finished, finished since the
-    first of theirs started less a period, or not finished (through
+    """The starts of every job of the types of ``rated`` within a rate's period before one
+    of theirs (the longest period of the rates their starts are held to: recorded on their
+    ``attempts``, or their types' now), each with the rate its stamp recorded and its key
+    under that rate (or, recorded nothing, under its type's rate now); only those of the
+    keys of the starts of ``rated``. Its type's jobs created before the last of those
+    starts, finished since the first less a period, or not finished (through
     jobs_type_status_created_idx and jobs_finished_idx)."""
     if (own := _attempts_window(conn, rated)) is None:
         return []
-    types = sorted({(j.rate_key or "").split("/", 1)[0] for j in rated} & set(rules))
-    if not types:
+    held_to = [r.rate for j in rated for r in attempts.get(j.id, []) if r.rate is not None]
+    held_to += [rules[j.type] for j in rated if j.type in rules]
+    if not held_to:
         return []
-    per = timedelta(seconds=max(rules[t].per for t in types))
+    per = timedelta(seconds=max(rule.per for rule in held_to))
     rows = conn.execute(
-        """SELECT a.job_id, a.started_at, leasework_limit_key(j.type, j.payload, t.rate) AS rate_key
-           FROM jobs j JOIN job_types t ON t.name = j.type
+        """SELECT a.job_id, a.started_at, a.limits_recorded, a.rate,
+                  leasework_limit_key(j.type, j.payload,
+                                      CASE WHEN a.limits_recorded THEN a.rate ELSE t.rate END)
+                      AS rate_key
+           FROM jobs j LEFT JOIN job_types t ON t.name = j.type
            JOIN attempts a ON a.job_id = j.id
            WHERE j.type = ANY(%(types)s) AND j.created_at <= %(hi)s
              AND ((j.status = ANY(%(terminal)s::text[]) AND j.finished_at >= %(lo)s)
                   OR j.status <> ALL(%(terminal)s::text[]))
              AND a.started_at >= %(lo)s AND a.started_at <= %(hi)s""",
         {
-            "types": types,
+            "types": sorted({j.type for j in rated if j.type is not None}),
             "terminal": _TERMINAL,
             "lo": own["lo"] - per,
-            "hi": (own["hi"] or own["lo"]) + per,
+            "hi": own["hi"],
         },
     ).fetchall()
-    keys = {j.rate_key for j in rated}
+    ids = {j.id for j in rated}
+    keys = {r["rate_key"] for r in rows if r["job_id"] in ids}
     return [
-        RateStart(r["job_id"], r["rate_key"], r["started_at"])
+        RateStart(
+            r["job_id"],
+            r["rate_key"],
+            r["started_at"],
+            recorded=bool(r["limits_recorded"]),
+            rule=RateRule.of(r["rate"]),
+        )
         for r in rows
-        if r["rate_key"] in keys and r["started_at"] is not None
+        if r["rate_key"] is not None and r["rate_key"] in keys
     ]
 
 
 def type_rates(conn: psycopg.Connection) -> dict[str, RateRule]:
-    """Each type's rate limit as registered now."""
+    """Each type's rate limit as registered now (for the attempts that recorded none)."""
     rows = conn.execute(
         "SELECT name, rate FROM job_types WHERE jsonb_typeof(rate) = 'object'"
     ).fetchall()
-    return {
-        r["name"]: RateRule(
-            int(r["rate"]["count"]), float(r["rate"]["per"]), int(r["rate"].get("burst") or 1)
-        )
-        for r in rows
-    }
+    return {r["name"]: rule for r in rows if (rule := RateRule.of(r["rate"])) is not None}
 
 
 def queue_caps(conn: psycopg.Connection) -> dict[str, int]:
-    """Each capped queue's concurrency cap as set now."""
+    """Each capped queue's concurrency cap as set now (for the attempts that recorded
+    none)."""
     rows = conn.execute("SELECT name, concurrency FROM queues WHERE concurrency IS NOT NULL")
     return {r["name"]: int(r["concurrency"]) for r in rows.fetchall()}
 
 
 def type_limits(conn: psycopg.Connection) -> dict[str, int]:
-    """Each type's concurrency limit as registered now."""
+    """Each type's concurrency limit as registered now (for the attempts that recorded
+    none)."""
     rows = conn.execute(
         "SELECT name, (concurrency->>'limit')::integer AS n FROM job_types "
         "WHERE concurrency IS NOT NULL"
@@ -291,11 +368,15 @@ def type_limits(conn: psycopg.Connection) -> dict[str, int]:
     return {r["name"]: int(r["n"]) for r in rows if r["n"] is not None}
 
 
-# Jobs due for longer than the bound with nothing on their way to a worker.
+# Jobs due for longer than the bound with nothing on their way to a worker. Due since the
+# later of run_at and the insert (created_at): a job inserted with a run_at long past (a
+# schedule's backfilled tick, a submit's past run_at) was not waiting before it existed, and
+# paged as stuck the moment it was published, before a worker could start it.
 STUCK_QUEUED = """
-    SELECT j.id, extract(epoch FROM now() - j.run_at)::float8 AS due
+    SELECT j.id, extract(epoch FROM now() - greatest(j.run_at, j.created_at))::float8 AS due
     FROM jobs j
     WHERE j.status = 'queued' AND j.run_at < now() - make_interval(secs => %(bound)s)
+      AND j.created_at < now() - make_interval(secs => %(bound)s)
       AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.id)
       AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = j.id
                       AND a.started_at > now() - make_interval(secs => %(bound)s))

@@ -60,14 +60,15 @@ candidate AS (
     SELECT c.id, c.fence, j.queue, q.concurrency AS queue_limit,
            coalesce(q.paused_at IS NOT NULL, false) AS paused,
            leasework_limit_key(j.type, j.payload, t.concurrency) AS limit_key,
-           (t.concurrency->>'limit')::integer AS key_limit
+           (t.concurrency->>'limit')::integer AS key_limit, t.rate
     FROM claim c
     -- "IS TRUE": not a condition the status index can serve, so each row is found by its
     -- primary key. Asked as a plain condition, the planner took the status index whenever
     -- its statistics said few jobs were queued, and under a backlog read every queued job
     -- for every claim (just bench's batch row: twice the CPU per job)
     JOIN jobs j ON j.id = c.id AND (j.status = 'queued') IS TRUE AND j.fence < c.fence
-    LEFT JOIN job_types t ON t.name = j.type AND t.concurrency IS NOT NULL
+    -- (its type's row whatever its limits: a type with no concurrency limit has no limit key)
+    LEFT JOIN job_types t ON t.name = j.type
     LEFT JOIN queues q ON q.name = j.queue),
 load AS (
     -- the running jobs of each limit with this batch's jobs before it added, in id order
@@ -101,7 +102,8 @@ started AS (
     FROM fits
     WHERE fits.over IS NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
       AND jobs.fence < fits.fence
-    RETURNING jobs.*),
+    RETURNING jobs.*, fits.key_limit AS applied_key_limit,
+              fits.queue_limit AS applied_queue_limit, fits.rate AS applied_rate),
 held AS (
     UPDATE jobs SET status = 'scheduled', run_at = %(until)s, held_for = fits.over,
            last_error = 'held: over its concurrency limit (' || fits.over
@@ -110,9 +112,13 @@ held AS (
     FROM fits
     WHERE fits.over IS NOT NULL AND jobs.id = fits.id AND (jobs.status = 'queued') IS TRUE
     RETURNING jobs.*),
+-- each attempt with the limits this stamp held it to (migration 0025): the auditor judges its
+-- start by them, not by the limits as set when it looks
 opened AS (
-    INSERT INTO attempts (job_id, attempt, worker, fence, started_at)
-    SELECT id, attempt, %(worker)s, fence, started_at FROM started)
+    INSERT INTO attempts (job_id, attempt, worker, fence, started_at, limits_recorded,
+                          key_limit, queue_limit, rate)
+    SELECT id, attempt, %(worker)s, fence, started_at, true,
+           applied_key_limit, applied_queue_limit, applied_rate FROM started)
 SELECT {JOB_COLUMNS} FROM started
 UNION ALL
 SELECT {JOB_COLUMNS} FROM held"""

@@ -2,14 +2,19 @@
 runs at most two jobs at once per ``key``; a queue's cap holds all of its jobs. Sampled from
 Postgres while the jobs run: never above the limit, yet at the limit (so the limit, not a
 lack of jobs, is what held them), other keys running meanwhile, and every job run once with
-one attempt (a held job spends none)."""
+one attempt (a held job spends none). A cap lowered while its jobs run holds the starts after
+it, and the auditor judges each start by the cap its claim applied: no violation."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
-from tests.integration.conftest import wait_status
+from leasework.audit import FinishedJob, LimitSpan, check_limits, running_at_starts
+from leasework.states import Status
+from tests.integration.conftest import wait_for, wait_status
+from tests.integration.test_auditor import audited, recorded_by_the_stacks_auditor
 
 
 def sample_running(db, sql: str, params: tuple, ids: list[str], timeout: float) -> list[dict]:
@@ -117,3 +122,56 @@ def test_a_queues_cap_holds_across_workers_and_lifts(client, db):
     assert most_running_in_emails(db, ids) > 1
     for job_id in ids:
         wait_status(client, job_id, {"succeeded"}, timeout=30)
+
+
+def test_lowering_a_queues_cap_while_its_jobs_run_is_no_violation(client, db):
+    """The issue's case: an operator lowers a queue's cap (4 to 2) while four of its jobs
+    run. Each attempt records the cap its claim applied; the four that started under 4 ran
+    legally, those started after the change were held to 2 (never more than two of them at
+    once), and the auditor, with the cap still at 2, finds nothing, where judged by the cap
+    as set now it would find the early ones over it. The stack's own auditor records
+    nothing of them either."""
+    assert cap(client, "emails", 4)["concurrency"] == 4
+    try:
+        ids = [client.submit("sleep", {"seconds": 2.0}, queue="emails")["id"] for _ in range(8)]
+        wait_for(
+            lambda: db.execute(
+                "SELECT count(*) = 4 AS full FROM jobs WHERE id = ANY(%s::uuid[]) "
+                "AND status = 'running'",
+                (ids,),
+            ).fetchone()["full"],
+            30,
+            "four of the queue's jobs to run",
+        )
+        assert cap(client, "emails", 2)["concurrency"] == 2
+        lowered_at = db.execute("SELECT now() AS t").fetchone()["t"]
+        for job_id in ids:
+            wait_status(client, job_id, {"succeeded"}, timeout=60)
+        attempts = db.execute(
+            "SELECT job_id, started_at, finished_at, limits_recorded, queue_limit FROM attempts "
+            "WHERE job_id = ANY(%s::uuid[]) ORDER BY started_at",
+            (ids,),
+        ).fetchall()
+        assert len(attempts) == 8 and all(a["limits_recorded"] for a in attempts)
+        applied = [(a["started_at"] < lowered_at, a["queue_limit"]) for a in attempts]
+        assert applied == [(True, 4)] * 4 + [(False, 2)] * 4
+        spans = [
+            LimitSpan(
+                a["job_id"], "@emails", a["started_at"], a["finished_at"], True, a["queue_limit"]
+            )
+            for a in attempts
+        ]
+        # the new cap held: at each start after it, at most two of these ran
+        assert max(running_at_starts(spans)[4:]) == 2
+        assert audited(db, ids) == []
+        # judged by the cap as set now (2), the early ones' starts would be over it (the
+        # third's and the fourth's at least; a start batched with another shares its count)
+        as_now = [replace(s, recorded=False, limit=None) for s in spans]
+        jobs = [
+            FinishedJob(s.job_id, Status.SUCCEEDED, 1, 1, 5, s.started, limit_key="@emails")
+            for s in as_now
+        ]
+        assert len(check_limits(jobs, as_now, {"@emails": 2})) >= 2
+        assert recorded_by_the_stacks_auditor(db, ids) == []
+    finally:
+        assert cap(client, "emails", None)["concurrency"] is None
