@@ -140,3 +140,8 @@ dev app: bootstrap
 bystander *args: bootstrap
     {{stack}} up
     {{python}} -m tools.bystander {{args}}
+
+# the recovery of lost Kafka records at scale on the live stack: `just lost-records mass-loss` (100,000 jobs' records deleted with the workers stopped: time to recover, each once) or `just lost-records slow-drain` (a 200,000-job backlog drained for about ten minutes: nothing published again); reports/lost-records/<time>/
+lost-records *args: bootstrap
+    {{stack}} up
+    {{python}} -m tools.lost_records {{args}}

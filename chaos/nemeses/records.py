@@ -154,7 +154,8 @@ def set_retention(topic: str, settings: dict[str, str | None]) -> None:
         for name, value in settings.items()
     ]
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
-    _admin().incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource].result()
+    admin = _admin()  # held until the answer: a client destroyed first fails its futures
+    admin.incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource].result()
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,9 @@ class Recovery:
         self.seen: dict[int, float] = {}
         self.since: datetime | None = None  # where the next watch scan starts (None: all)
         self.rescanned = -math.inf  # when the last scan of every waiting job began
+        for reason in Reason:  # every series from zero, so a first loss shows as an increase
+            metrics.lost_republished.labels(str(reason))
+            metrics.lost_marks_retired.labels(str(reason))
 
     async def run_once(self) -> Recovered:
         now = await self.readings.after(self.used)

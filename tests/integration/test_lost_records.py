@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from chaos.promql import total
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
 from tests.integration.conftest import wait_for
+from tests.integration.test_console import browser, login, shot  # noqa: F401 (a fixture)
 from tests.integration.test_fencing import effects_per_job
 
 TOPIC = "jobs.ready"
@@ -59,7 +60,8 @@ def test_jobs_whose_records_kafka_deleted_while_workers_were_down_each_run_once(
     wait_for(
         lambda: (
             db.execute(
-                "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) AND status = 'succeeded'",
+                "SELECT count(*) AS n FROM jobs "
+                "WHERE id = ANY(%s::uuid[]) AND status = 'succeeded'",
                 (ids,),
             ).fetchone()["n"]
             == len(ids)
@@ -73,3 +75,20 @@ def test_jobs_whose_records_kafka_deleted_while_workers_were_down_each_run_once(
     ).fetchone()
     assert attempts["most"] == 1  # each ran once
     assert republished() - before >= len(ids)
+
+
+def test_the_console_overview_counts_the_jobs_published_again(browser, make_token):  # noqa: F811
+    # after the test above: its jobs were published again within the hour
+    _, token = make_token("read")
+    context, page = login(browser, token)
+    try:
+
+        def shown() -> float | None:
+            page.reload()
+            number = page.inner_text("#lost-records .big").strip()
+            return float(number) if number not in {"—", "0"} else None
+
+        assert wait_for(shown, 60, "jobs published again on the overview", interval=2) >= 1
+        shot(page, "overview-lost-records")
+    finally:
+        context.close()

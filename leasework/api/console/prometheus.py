@@ -1,6 +1,7 @@
 """The overview's numbers from Prometheus: throughput and scheduling delay over the last hour
 against the SLO (99% of jobs start within 5 s of their due time), the error budget left,
-consumer lag and the alerts firing now.
+consumer lag, the jobs published again because Kafka lost their records, and the alerts
+firing now.
 
 One :func:`overview` call asks every query at once (a Trio nursery over one
 ``httpx.AsyncClient``), each bounded by :data:`TIMEOUT`. A Prometheus that cannot be reached
@@ -35,6 +36,11 @@ INSTANT = {
     "consumer_lag": (
         'sum(max by (queue, priority, partition) (leasework_consumer_lag{job="leasework"}))'
     ),
+    # waiting jobs whose Kafka records were lost, published again by a relay's recovery
+    "lost_republished": (
+        'sum(increase(leasework_lost_records_republished_total{job="leasework"}[1h]))'
+    ),
+    "lost_watched": 'sum(leasework_lost_records_watched_jobs{job="leasework"})',
 }
 # range queries over the last hour: name -> PromQL
 RANGE = {
@@ -70,6 +76,8 @@ class Overview:
     delay_p99: float | None = None  # seconds, last hour
     budget_left: float | None = None  # share of the 30-day error budget left
     consumer_lag: float | None = None  # messages
+    lost_republished: float | None = None  # jobs published again, last hour
+    lost_watched: float | None = None  # published jobs the recovery watches now
     throughput: Points = field(default_factory=list)  # jobs per minute
     delay: Points = field(default_factory=list)  # p99 seconds
     alerts: list[Alert] = field(default_factory=list)
@@ -195,6 +203,8 @@ async def overview(client: httpx.AsyncClient, base_url: str, now: float) -> Over
         "delay_p99": lambda d: setattr(result, "delay_p99", scalar(d)),
         "budget_left": lambda d: setattr(result, "budget_left", scalar(d)),
         "consumer_lag": lambda d: setattr(result, "consumer_lag", scalar(d)),
+        "lost_republished": lambda d: setattr(result, "lost_republished", scalar(d)),
+        "lost_watched": lambda d: setattr(result, "lost_watched", scalar(d)),
         "throughput": lambda d: setattr(result, "throughput", points(d)),
         "delay": lambda d: setattr(result, "delay", points(d)),
         "alerts": lambda d: setattr(result, "alerts", alerts(d)),
