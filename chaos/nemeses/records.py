@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -181,36 +181,20 @@ class RecordsFault(Fault):
 
 
 @dataclass(frozen=True)
-class RecordsDelete(RecordsFault):
+class OneOff(RecordsFault):
+    """A one-off on the topic: ``act(topic)`` once, what it did said in the run's log as
+    ``told`` (with ``{topic}`` and ``{done}``, what ``act`` returned); nothing to heal."""
+
+    act: Callable[[str], object] = delete_records
+    told: str = "{topic}: {done}"
+
     async def start(self, hands: Hands, injection: Injection) -> None:
         topic = injection.target or TOPIC
-        gone = await hands.calls(delete_records, topic)
-        hands.say(f"nemesis: deleted {gone} record(s) of {topic}")
+        done = await hands.calls(self.act, topic)
+        hands.say("nemesis: " + self.told.format(topic=topic, done=done))
 
     async def heal(self, hands: Hands, injection: Injection) -> None:
-        return  # what was deleted stays deleted
-
-
-@dataclass(frozen=True)
-class TopicRecreate(RecordsFault):
-    async def start(self, hands: Hands, injection: Injection) -> None:
-        topic = injection.target or TOPIC
-        partitions = await hands.calls(recreate_topic, topic)
-        hands.say(f"nemesis: {topic} deleted and made again ({partitions} partitions)")
-
-    async def heal(self, hands: Hands, injection: Injection) -> None:
-        return
-
-
-@dataclass(frozen=True)
-class OffsetsReset(RecordsFault):
-    async def start(self, hands: Hands, injection: Injection) -> None:
-        topic = injection.target or TOPIC
-        skipped = await hands.calls(reset_offsets_to_latest, topic)
-        hands.say(f"nemesis: {topic}'s group reset to latest, skipping {skipped} record(s)")
-
-    async def heal(self, hands: Hands, injection: Injection) -> None:
-        return
+        return  # what was done stays done
 
 
 @dataclass(frozen=True)
@@ -233,14 +217,29 @@ class RetentionShrink(RecordsFault):
 
 
 FAULTS: tuple[Fault, ...] = (
-    RecordsDelete(
-        "records_delete", lasts=False, instant=True, default_target=TOPIC, random_mix=False
-    ),
-    TopicRecreate(
-        "topic_recreate", lasts=False, instant=True, default_target=TOPIC, random_mix=False
-    ),
-    OffsetsReset(
-        "offsets_reset", lasts=False, instant=True, default_target=TOPIC, random_mix=False
+    *(
+        OneOff(
+            name,
+            lasts=False,
+            instant=True,
+            default_target=TOPIC,
+            random_mix=False,
+            act=act,
+            told=told,
+        )
+        for name, act, told in (
+            ("records_delete", delete_records, "deleted {done} record(s) of {topic}"),
+            (
+                "topic_recreate",
+                recreate_topic,
+                "{topic} deleted and made again ({done} partitions)",
+            ),
+            (
+                "offsets_reset",
+                reset_offsets_to_latest,
+                "{topic}'s group reset to latest, skipping {done} record(s)",
+            ),
+        )
     ),
     RetentionShrink(
         "retention_shrink",

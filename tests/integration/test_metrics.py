@@ -14,11 +14,13 @@ from devstack.layout import STACK_APP
 from leasework import queues
 from leasework.app import load_app
 from leasework.audit import Kind
+from leasework.delivery_marks import Reason as LostRecordReason
 from leasework.priorities import LEVELS
 from leasework.relay.pruner import Retention
 from leasework.schedule import SkipReason as TickSkipReason
 from leasework.states import Status
 from leasework.worker.claim import SkipReason
+from leasework.worker.consumer import RESET_REASONS
 from tests.integration.conftest import insert_unchecked, wait_for, wait_status
 
 PROCESSES = {"api": 8080, "relay": 9102, "worker-1": 9101, "worker-2": 9103}
@@ -58,7 +60,9 @@ LABEL_DOMAINS = {
     | set(get_args(SkipReason))  # a message the claim stage settles at once
     | {"malformed", "unknown_prefix", "wrong_secret", "refused_again", "throttled"}  # tokens
     | {"body-too-large", "body-timeout", "busy"}  # bodies the guard refused
-    | {r.value for r in TickSkipReason},  # a schedule's skipped tick
+    | {r.value for r in TickSkipReason}  # a schedule's skipped tick
+    | {str(r) for r in LostRecordReason}  # how the relay knew a waiting job's record was lost
+    | set(RESET_REASONS),  # why a worker's partition had no usable offset
     "partition": {str(p) for p in range(12)},
     "priority": {str(p) for p in LEVELS},
     # the pruner's, by final state; the guard's refusals
