@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
+import trio.testing
 
 from leasework.config import ConfigError, load
 from leasework.delivery_marks import Mark, Reason, Snapshot, fill, judge, parse_sample
 from leasework.kafka import BandPositions, PartitionPosition
 from leasework.relay.lagprobe import sample_line
+from leasework.relay.recovery import Readings
 
 TOPIC = "jobs.ready"
 FALLBACK = 600.0
@@ -122,3 +125,22 @@ def test_the_auditors_stuck_bound_must_outlast_the_recoverys_worst_case():
     assert load("relay", {"LEASEWORK_AUDIT_STUCK_AFTER": "611"}).audit_stuck_after == 611
     off = {"LEASEWORK_RECOVERY_AFTER": "never", "LEASEWORK_AUDIT_STUCK_AFTER": "60"}
     assert load("relay", off).recovery_after is None
+
+
+async def test_a_mark_is_filled_only_by_a_reading_begun_after_it_was_known_committed():
+    readings = Readings()
+    readings.put(Snapshot(5.0, {}))
+    assert (await readings.after(4.0)).started == 5.0  # begun after: usable at once
+    got: list[float] = []
+
+    async def wait_for_newer() -> None:
+        got.append((await readings.after(5.0)).started)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_for_newer)
+        await trio.testing.wait_all_tasks_blocked()
+        readings.put(Snapshot(5.0, {}))  # the same instant again: not newer
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        readings.put(Snapshot(6.5, {}))
+    assert got == [6.5]
