@@ -238,6 +238,11 @@ class Settings:
     # read is judged lost all the same (kept under audit_stuck_after)
     recovery_after: float | None = 10.0
     recovery_fallback: float = 600.0
+    # worker, relay: seconds between two reads of the ids of the topics consumed (worker) or
+    # published to (relay), which tell a topic deleted and made again under a client that
+    # librdkafka does not move to the new one (leasework.worker.topic_watch, the relay's
+    # BlockingPublisher; None: never: only the chaos harness's unsafe twin turns it off)
+    topic_check_every: float | None = 10.0
     # api: the Prometheus the console's overview asks for throughput, delay, budget and alerts
     prometheus_url: str = "http://127.0.0.1:9090"
     # api: what one request may cost, besides the two body caps above (leasework.api.limits)
@@ -283,6 +288,7 @@ DURATIONS: dict[str, tuple[str, bool]] = {
     "AUDIT_STUCK_AFTER": ("audit_stuck_after", False),
     "RECOVERY_AFTER": ("recovery_after", True),
     "RECOVERY_FALLBACK": ("recovery_fallback", False),
+    "TOPIC_CHECK_EVERY": ("topic_check_every", True),
     "RETAIN_SUCCEEDED": ("retain_succeeded", True),
     "RETAIN_DEAD": ("retain_dead", True),
     "RETAIN_CANCELLED": ("retain_cancelled", True),

@@ -7,6 +7,7 @@ limiter of one, which also serialises calls that librdkafka does not want interl
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,9 +78,49 @@ BY_KEY = -1  # librdkafka's partitioner chooses the partition from the key
 class BlockingPublisher:
     """Publish a batch and wait for every delivery report. Blocking: call from a thread."""
 
-    def __init__(self, brokers: Sequence[str], client_id: str, extra: Properties = ()) -> None:
-        self.producer = Producer(producer_config(brokers, client_id, extra))
+    def __init__(
+        self,
+        brokers: Sequence[str],
+        client_id: str,
+        extra: Properties = (),
+        topic_check_every: float | None = None,
+    ) -> None:
+        self._config = producer_config(brokers, client_id, extra)
+        self.producer = Producer(self._config)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic: (count, when asked)
+        # a topic deleted and made again is not produced to by the producer that knew the old
+        # one (its partitions' leader epochs run ahead of the new topic's: every record times
+        # out); the ids of the topics published to are read every ``topic_check_every`` s
+        # (None: never) and a changed one replaces the producer (renewals counts them)
+        self.topic_check_every = topic_check_every
+        self.renewals = 0
+        self._ids: dict[str, str] = {}
+        self._ids_read = -math.inf
+        self._admin = (
+            AdminClient(client_config(brokers, f"{client_id}-topics", extra))
+            if topic_check_every is not None
+            else None
+        )
+
+    def renew_if_recreated(self, topics: Sequence[str], timeout: float = 2.0) -> list[str]:
+        """Replace the producer when one of ``topics`` (or one published to before) has a
+        new id since it was last read, at most every ``topic_check_every`` s; the topics
+        whose ids changed. What the old producer still held is purged: reported failed, so
+        the outbox keeps those rows for the new one."""
+        now = time.monotonic()
+        if self._admin is None or now - self._ids_read < (self.topic_check_every or 0):
+            return []
+        self._ids_read = now
+        seen = topic_ids(self._admin, sorted({*topics, *self._ids}), timeout)
+        changed = sorted(t for t, i in seen.items() if topic_recreated(self._ids.get(t), i))
+        self._ids.update(seen)
+        if changed:
+            old, self.producer = self.producer, Producer(self._config)
+            old.purge()
+            old.flush(0)
+            self._partitions.clear()
+            self.renewals += 1
+        return changed
 
     def partitions(self, topics: Sequence[str], timeout: float = 2.0) -> dict[str, int]:
         """The partition count of each of ``topics`` that the cluster answers for (asked at
@@ -212,9 +253,16 @@ class BandPositions:
         ]
 
 
-def _topic_ids(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, str]:
-    """Each of ``topics``' id, as far as the cluster says (a topic it does not describe is
-    left out: its marks are judged without an id)."""
+def topic_recreated(known: str | None, seen: str | None) -> bool:
+    """Whether a topic known by id ``known`` now stands for another topic: its id ``seen``
+    (None: not described this time) is read and differs. Without a ``known`` id nothing can
+    be told; a topic not described (deleted, not yet made again) is no verdict either."""
+    return known is not None and seen is not None and seen != known
+
+
+def topic_ids(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, str]:
+    """Each of ``topics``' id, as far as the cluster says (a topic it does not describe, or
+    all of them when the cluster cannot be asked, is left out). Blocking."""
     try:
         futures = admin.describe_topics(TopicCollection(topics), request_timeout=timeout)
     except KafkaException:
@@ -262,7 +310,7 @@ def bands_positions(
             {tp: getattr(OffsetSpec, spec)() for tp in every}, request_timeout=timeout
         )
         ends[spec] = {(tp.topic, tp.partition): f.result().offset for tp, f in asked.items()}
-    ids = _topic_ids(admin, [topic for _, _, topic, _ in bands.values()], timeout)
+    ids = topic_ids(admin, [topic for _, _, topic, _ in bands.values()], timeout)
     found: list[BandPositions] = []
     for group, (queue, priority, topic, partitions) in bands.items():
         try:

@@ -223,6 +223,17 @@ audit_last_pass = Gauge(
     "leasework_audit_last_pass_timestamp_seconds",
     "When this process's auditor last completed a pass (unix time)",
 )
+relay_producer_renewals = Counter(
+    "leasework_relay_producer_renewals",
+    "Producers the relay replaced because a topic it publishes to was deleted and made again "
+    "(its id changed; librdkafka's producer times out every record of the new topic)",
+)
+consumer_renewals = Counter(
+    "leasework_consumer_renewals",
+    "Consumers a worker replaced because their topic was deleted and made again under them "
+    "(its id changed; librdkafka's consumer does not fetch the new topic), by queue and priority",
+    ["queue", "priority"],
+)
 consumer_offset_resets = Counter(
     "leasework_consumer_offset_resets",
     "Partitions a worker's consumer started again at the log start for want of a usable "

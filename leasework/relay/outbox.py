@@ -152,6 +152,13 @@ class OutboxRelay:
             return Published(0, 0, None, False)
         messages = [(m.topic, m.key, m.value.encode(), m.headers) for m in rows]
         topics = [m.topic for m in rows]
+        if changed := self.publisher.renew_if_recreated(topics):
+            metrics.relay_producer_renewals.inc()
+            log.warning(
+                "a topic published to was deleted and made again (its id changed): the "
+                "producer is replaced (the old one's records would time out)",
+                extra={"topics": changed},
+            )
         partitions = place(
             topics,
             [m.free for m in rows],

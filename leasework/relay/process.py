@@ -61,7 +61,10 @@ async def run(
     """Run every service until ``stopping``; ``conditions`` are the process's health
     conditions (the outbox relay's says when Kafka does not acknowledge)."""
     publisher = BlockingPublisher(
-        settings.kafka_brokers, settings.process_name, settings.kafka_properties
+        settings.kafka_brokers,
+        settings.process_name,
+        settings.kafka_properties,
+        topic_check_every=settings.topic_check_every,
     )
     async with trio.open_nursery() as nursery:
         for service in services(settings, db, publisher, conditions, stopping):

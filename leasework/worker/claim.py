@@ -505,7 +505,7 @@ class ClaimStage:
 
     def settle(self, message: Consumed) -> None:
         """Nothing to do for the message: mark it finished and give back its slot."""
-        self.offsets.finish(message.partition, message.offset)
+        self.offsets.finish(message.partition, message.offset, message.generation)
         self.slots.release()
 
     async def claim_batch(self, messages: list[Consumed], nursery: trio.Nursery) -> None:
@@ -560,7 +560,7 @@ class ClaimStage:
         try:
             started = await self.claim_alone(message, slot=slot)
             if started is None:
-                self.offsets.finish(message.partition, message.offset)
+                self.offsets.finish(message.partition, message.offset, message.generation)
             else:
                 self.started.send_nowait((message, started))
                 handed_on = True

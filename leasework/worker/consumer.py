@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 from confluent_kafka import (
@@ -44,6 +45,9 @@ from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
+if TYPE_CHECKING:
+    from leasework.worker.feed import Feed
+
 log = logging.getLogger("leasework.worker.consumer")
 
 MAX_POLL = 500  # messages per consume() call, at most
@@ -61,6 +65,7 @@ class Consumed:
     offset: int
     job_id: uuid.UUID | None
     job_type: str | None = None
+    generation: int = 0  # the feed's consumer it came through (Offsets.generation)
 
 
 def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHEST) -> dict:
@@ -168,7 +173,8 @@ def arrived(messages: Sequence[Message], offsets: Offsets) -> list[Consumed]:
                 "partition rewound without a revoke: its offsets are tracked afresh",
                 extra={"partition": partition, "offset": offset},
             )
-        batch.append(Consumed(partition, offset, *read_message(message.value())))
+        job_id, job_type = read_message(message.value())
+        batch.append(Consumed(partition, offset, job_id, job_type, offsets.generation))
     return batch
 
 
@@ -425,30 +431,30 @@ RESET_MESSAGES = {
 
 
 async def consume(
-    consumer: Consumer,
-    offsets: Offsets,
+    feed: Feed,
     slots: Slots,
     stopping: Stopping,
     batches: trio.MemorySendChannel[list[Consumed]],
     paused: Callable[[], bool] = lambda: False,
-    band: int = HIGHEST,
-    queue: str = DEFAULT,
 ) -> None:
-    """Poll until ``stopping``, then close ``batches``. A poll asks for as many messages as
-    the queue has slots free (one at least), holding none while it waits; what it received
-    then takes slots as the priority ``band``'s (:meth:`Slots.take`: the highest band waiting
-    is served first) and goes to the claim stage as they are granted, so each message of a
-    batch holds a slot from there on; the channel's buffer is unbounded because the slots
-    bound it. While ``paused()`` the assignment is not fetched (polling goes on: it keeps the
-    membership). What was received and not yet granted a slot at ``stopping`` is dropped
-    unfinished: it is redelivered. A partition without a usable offset is started again at
-    its log start in the same thread hop (:class:`OffsetResets`, labelled ``queue``)."""
+    """Poll ``feed``'s consumer until ``stopping``, then close ``batches``. A poll asks for
+    as many messages as the queue has slots free (one at least), holding none while it
+    waits; what it received then takes slots as the feed's priority band's
+    (:meth:`Slots.take`: the highest band waiting is served first) and goes to the claim
+    stage as they are granted, so each message of a batch holds a slot from there on; the
+    channel's buffer is unbounded because the slots bound it. While ``paused()`` the
+    assignment is not fetched (polling goes on: it keeps the membership). What was received
+    and not yet granted a slot at ``stopping`` is dropped unfinished: it is redelivered. A
+    partition without a usable offset is started again at its log start in the same thread
+    hop (:class:`OffsetResets`). Between two polls, a feed whose topic was deleted and made
+    again gets a new consumer (:meth:`Feed.renew`)."""
     limiter = trio.CapacityLimiter(1)
     pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
-    switch = PauseSwitch()  # likewise
-    resets = OffsetResets(queue, band)  # likewise
+    switch = PauseSwitch()  # likewise; both are the consumer's, made again with it
+    resets = OffsetResets(feed.queue, feed.band)
 
     def paused_receive(at_most: int, now_paused: bool) -> list[Message]:
+        consumer = feed.consumer
         switch.apply(consumer, now_paused)
         return resets.handle(consumer, receive(consumer, at_most, pacer))
 
@@ -461,13 +467,16 @@ async def consume(
         received: list[Consumed] = []
         while True:
             if not received:
+                if feed.stale():
+                    await feed.renew()
+                    switch, resets = PauseSwitch(), OffsetResets(feed.queue, feed.band)
                 at_most = min(MAX_POLL, max(1, slots.available()))
                 messages = await trio.to_thread.run_sync(
                     paused_receive, at_most, paused(), limiter=limiter
                 )
-                received = arrived(messages, offsets)
+                received = arrived(messages, feed.offsets)
                 continue
-            granted = await slots.take(len(received), band)
+            granted = await slots.take(len(received), feed.band)
             batches.send_nowait(received[:granted])
             received = received[granted:]
 

@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import trio
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 log = logging.getLogger("leasework.worker.offsets")
 
@@ -100,13 +100,39 @@ class Offsets:
         self.consumer = consumer
         self.topic = topic
         self.tracker = OffsetTracker()
+        # which consumer the offsets are of: a message carries the generation it arrived in
+        # (Consumed.generation), and one of an earlier consumer finishes nothing here
+        self.generation = 0
+        # the partitions a renewed consumer starts at the log start on its first assignment
+        # of each (None: a consumer that starts where the group committed, as any does)
+        self._from_log_start: set[int] | None = None
         self._limiter = trio.CapacityLimiter(1)
         self._wanted = trio.Event()
 
-    def finish(self, partition: int, offset: int) -> None:
-        """The message is done with (its job's outcome durable, or nothing to do)."""
+    def finish(self, partition: int, offset: int, generation: int = 0) -> None:
+        """The message is done with (its job's outcome durable, or nothing to do); one that
+        arrived through an earlier consumer (``generation``) has no offset here to commit."""
+        if generation != self.generation:
+            return
         self.tracker.finish(partition, offset)
         self._wanted.set()
+
+    def exclusive(self) -> trio.CapacityLimiter:
+        """Held (``async with``), no offset is stored or committed meanwhile."""
+        return self._limiter
+
+    def replace(self, consumer: Consumer) -> None:
+        """Count the offsets of ``consumer`` from now on, in place of the one the topic was
+        deleted and made again under (call it holding :meth:`exclusive`, the old consumer
+        closed): nothing of the old one is tracked, stored or committed any more, and
+        ``consumer`` starts each partition at the log start the first time it is assigned it
+        (its group's committed offsets may be the old topic's: the consumer that is replaced
+        stored and committed offsets of the old topic until it was, and the new topic's
+        offsets start again from 0)."""
+        self.consumer = consumer
+        self.tracker = OffsetTracker()
+        self.generation += 1
+        self._from_log_start = set()
 
     def _partitions(self, offsets: dict[int, int]) -> list[TopicPartition]:
         return [TopicPartition(self.topic, p, o) for p, o in offsets.items()]
@@ -171,7 +197,32 @@ class Offsets:
             await trio.sleep(STORE_OFFSETS_EVERY)
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Runs inside ``consume()``, in the poll thread. A renewed consumer (:meth:`replace`)
+        starts each partition it was not assigned before at the log start."""
         log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
+        started = self._from_log_start
+        if started is None:
+            return
+        fresh = {p.partition for p in partitions} - started
+        if not fresh:
+            return
+        starts = [
+            TopicPartition(
+                p.topic, p.partition, OFFSET_BEGINNING if p.partition in fresh else p.offset
+            )
+            for p in partitions
+        ]
+        try:
+            consumer.assign(starts)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+            consumer.incremental_assign(starts)  # a cooperative protocol: this change only
+        started |= fresh
+        log.info(
+            "partitions of a topic made again start at its log start",
+            extra={"partitions": sorted(fresh)},
+        )
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Runs inside ``consume()``, in the poll thread: commit what is finished, then let

@@ -46,7 +46,7 @@ import uuid
 from datetime import UTC, datetime
 
 import trio
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from leasework.app import App
@@ -63,10 +63,12 @@ from leasework.service import Stopping
 from leasework.worker.attempt import Executor
 from leasework.worker.claim import Claimer, ClaimStage, Started
 from leasework.worker.completer import Completer, UnsafeCompleter, record
-from leasework.worker.consumer import Consumed, consume, consumer_config, unexpected
+from leasework.worker.consumer import Consumed, consume, unexpected
+from leasework.worker.feed import Feed
 from leasework.worker.heartbeat import CancelReason, Heartbeat, Presence, presence_loop
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
+from leasework.worker.topic_watch import TopicWatch
 from leasework.worker.wakeup import listen
 
 GRACEFUL_FRACTION = 0.75  # of shutdown_timeout, that running jobs get to finish
@@ -197,28 +199,37 @@ class Worker:
             ensure_later = None
         else:
             ensure_later = self.ensure_queues  # (their rows, if made by hand: not urgent)
+        # the topics' ids are read before subscribing: a topic made again after this read is
+        # one its consumer subscribed to before, or a new id the feed takes as its first
+        watch = TopicWatch(
+            self.settings,
+            [t for q in self.queues for t in band_topics(self.settings.topic_ready, q)],
+            self.settings.topic_check_every,
+        )
+        await watch.read()
         feeds = []
         for queue in self.queues:
             for band in LEVELS:
-                topic = band_topic(self.settings.topic_ready, queue, band)
-                consumer = Consumer(consumer_config(self.settings, queue, band))
-                offsets = Offsets(consumer, topic)
-                await trio.to_thread.run_sync(
-                    lambda c=consumer, t=topic, o=offsets: c.subscribe(
-                        [t], on_assign=o.on_assign, on_revoke=o.on_revoke
-                    )
+                feed = Feed(
+                    self.settings,
+                    queue,
+                    band,
+                    band_topic(self.settings.topic_ready, queue, band),
+                    watch,
                 )
-                feeds.append((queue, band, consumer, offsets))
+                await feed.open()
+                feeds.append(feed)
         presence = Presence(
             self.name, self.app.name, datetime.now(UTC), self.settings.worker_concurrency
         )
         async with trio.open_nursery() as background:
             await background.start(self.completer.run)
             background.start_soon(self.heartbeat.run)
+            background.start_soon(watch.run)
             if ensure_later is not None:
                 background.start_soon(ensure_later)
-            for *_, offsets in feeds:
-                background.start_soon(offsets.run)
+            for feed in feeds:
+                background.start_soon(feed.offsets.run)
             background.start_soon(
                 presence_loop, self.db, presence, lambda: len(self.executor.running)
             )
@@ -238,33 +249,27 @@ class Worker:
                     self.quiet,
                 )
             async with trio.open_nursery() as pipelines:
-                for queue, band, consumer, offsets in feeds:
-                    pipelines.start_soon(self.pipeline, consumer, offsets, stopping, queue, band)
-            for *_, offsets in feeds:
-                await offsets.store()
-                await offsets.commit()
+                for feed in feeds:
+                    pipelines.start_soon(self.pipeline, feed, stopping)
+            for feed in feeds:
+                await feed.offsets.store()
+                await feed.offsets.commit()
             background.cancel_scope.cancel()
         # Leaving the group is a courtesy to the other workers (their rebalance starts at
         # once); it waits on the group's coordinator, so the shutdown's deadline abandons it
         # (the session timeout then lets the group know).
         try:
-            for _, _, consumer, _ in feeds:
-                await trio.to_thread.run_sync(consumer.close, abandon_on_cancel=True)
+            for feed in feeds:
+                await feed.close()
         except trio.Cancelled:
             log.warning("kafka consumers not closed by the shutdown deadline; left as they are")
             raise
 
-    async def pipeline(
-        self,
-        consumer: Consumer,
-        offsets: Offsets,
-        stopping: Stopping,
-        queue: str = DEFAULT,
-        band: int = HIGHEST,
-    ) -> None:
+    async def pipeline(self, feed: Feed, stopping: Stopping) -> None:
         """consume → claim → job tasks of one queue's priority band until ``stopping``, then
         the drain (of every queue: the graceful time and the cancels are the worker's). The
         bands of a queue share its slots."""
+        queue, offsets = feed.queue, feed.offsets
         slots = self.slots_of[queue]
         batches_in, batches_out = trio.open_memory_channel[list[Consumed]](math.inf)
         started_in, started_out = trio.open_memory_channel[tuple[Consumed | None, Started]](
@@ -273,21 +278,12 @@ class Worker:
         claim = ClaimStage(
             self.claimer, offsets, slots, stopping, started_in, ttl=self.settings.lease_ttl
         )
-        if band == HIGHEST:
+        if feed.band == HIGHEST:
             self.claim_stages[queue] = claim  # the one a wake-up of the queue's claims in
         async with trio.open_nursery() as stages:
             stages.start_soon(claim.run, batches_out)
             stages.start_soon(self.run_jobs, started_out, offsets, slots)
-            await consume(
-                consumer,
-                offsets,
-                slots,
-                stopping,
-                batches_in,
-                lambda: queue in self.paused,
-                band,
-                queue,
-            )
+            await consume(feed, slots, stopping, batches_in, lambda: queue in self.paused)
             await self.drain(self.settings.shutdown_timeout * GRACEFUL_FRACTION)
             stages.cancel_scope.cancel()  # every slot is back: the stages hold nothing
 
@@ -314,7 +310,7 @@ class Worker:
             finished = await self.completer.complete(completion, started.claim)
             record(started.job, completion.outcome, finished)
             if message is not None:
-                offsets.finish(message.partition, message.offset)
+                offsets.finish(message.partition, message.offset, message.generation)
         except Exception:  # a bug in this process, not the job's outcome: keep the worker
             unexpected(message)
         finally:

@@ -22,8 +22,8 @@ from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
 from leasework import config
 from leasework.priorities import HIGHEST, band_consumer_group
 from leasework.service import Stopping
-from leasework.worker.consumer import Consumed, consume, consumer_config
-from leasework.worker.offsets import Offsets
+from leasework.worker.consumer import Consumed, consume
+from leasework.worker.feed import Feed
 from leasework.worker.slots import Slots
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -141,13 +141,9 @@ async def consume_until(
     arrived (then ``also``: records produced while it runs, partition -> count, and their
     offsets are wanted too); the offsets that arrived, by partition, in arrival order. With
     a ``capacity`` of 1 (a worker of concurrency 1) each poll returns one message or event."""
-    consumer = Consumer(consumer_config(settings, QUEUE, HIGHEST))
-    offsets = Offsets(consumer, topic)
-    await trio.to_thread.run_sync(
-        lambda: consumer.subscribe(
-            [topic], on_assign=offsets.on_assign, on_revoke=offsets.on_revoke
-        )
-    )
+    feed = Feed(settings, QUEUE, HIGHEST, topic)
+    await feed.open()
+    offsets = feed.offsets
     stopping = Stopping()
     slots = Slots(capacity)
     batches_in, batches_out = trio.open_memory_channel[list[Consumed]](math.inf)
@@ -158,11 +154,7 @@ async def consume_until(
 
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                lambda: consume(
-                    consumer, offsets, slots, stopping, batches_in, band=HIGHEST, queue=QUEUE
-                )
-            )
+            nursery.start_soon(consume, feed, slots, stopping, batches_in)
             with trio.move_on_after(DEADLINE):
                 async for batch in batches_out:
                     for message in batch:
@@ -179,7 +171,7 @@ async def consume_until(
                         also = None
             stopping.set("test over")
     finally:
-        await trio.to_thread.run_sync(consumer.close)
+        await feed.close()
         await trio.to_thread.run_sync(delete_group, settings)
     assert not missing(), f"never consumed: {missing()}; consumed: {arrived}"
     return arrived

@@ -1,5 +1,11 @@
 import trio
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from leasework.worker.offsets import STORE_OFFSETS_EVERY, Offsets, OffsetTracker
 
@@ -152,3 +158,71 @@ async def test_a_revoke_commits_the_revoked_partitions_prefix_and_forgets_them()
     assert kafka.commits == [[(1, 6)]]
     offsets.finish(1, 6)  # finishes after the revoke: another consumer's to commit now
     assert offsets.tracker.positions() == {0: 1}
+
+
+# ---------------------------------------------------------------- a renewed consumer
+
+
+class Assignable(Kafka):
+    """Also records assign() (incremental_assign() with ``cooperative``: assign() then
+    raises _STATE, as librdkafka does in a cooperative rebalance)."""
+
+    def __init__(self, cooperative: bool = False) -> None:
+        super().__init__()
+        self.cooperative = cooperative
+        self.assigned: list[tuple[str, list[tuple[int, int]]]] = []
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        if self.cooperative:
+            raise KafkaException(KafkaError(KafkaError._STATE))
+        self.assigned.append(("assign", [(p.partition, p.offset) for p in partitions]))
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned.append(("incremental", [(p.partition, p.offset) for p in partitions]))
+
+
+def assignment(*partitions: int) -> list[TopicPartition]:
+    return [TopicPartition("jobs.ready", p) for p in partitions]
+
+
+async def test_a_replaced_consumer_counts_nothing_of_the_old_one_and_commits_only_its_own():
+    old, new = Kafka(), Assignable()
+    offsets = offsets_of(old, {0: [40, 41]})
+    offsets.finish(0, 40)
+    offsets.replace(new)  # type: ignore[arg-type]
+    assert offsets.generation == 1 and offsets.tracker.positions() == {}
+    offsets.finish(0, 41)  # a job of the old topic's message finished: nothing to commit
+    assert offsets.tracker.positions() == {}
+    offsets.tracker.start(0, 41)  # the new topic's offset 41, not yet finished
+    offsets.finish(0, 41, generation=0)  # the old one's 41 does not finish it
+    assert offsets.tracker.positions() == {}
+    offsets.finish(0, 41, generation=1)
+    await offsets.commit()
+    assert old.commits == [] and new.commits == [[(0, 42)]]
+
+
+def test_a_replaced_consumer_starts_each_partition_at_the_log_start_on_its_first_assignment():
+    plain = Assignable()
+    Offsets(plain, "jobs.ready").on_assign(plain, assignment(0, 1))  # type: ignore[arg-type]
+    assert plain.assigned == []  # an ordinary consumer starts where the group committed
+    new = Assignable()
+    offsets = Offsets(Kafka(), "jobs.ready")  # type: ignore[arg-type]
+    offsets.replace(new)  # type: ignore[arg-type]
+    offsets.on_assign(new, assignment(0, 1))  # type: ignore[arg-type]
+    assert new.assigned == [("assign", [(0, OFFSET_BEGINNING), (1, OFFSET_BEGINNING)])]
+    # a rebalance: 0 and 1 were started already (where the group committed), 2 is new
+    offsets.on_assign(new, assignment(0, 1, 2))  # type: ignore[arg-type]
+    assert new.assigned[1] == (
+        "assign",
+        [(0, OFFSET_INVALID), (1, OFFSET_INVALID), (2, OFFSET_BEGINNING)],
+    )
+    offsets.on_assign(new, assignment(2))  # type: ignore[arg-type]
+    assert len(new.assigned) == 2  # nothing new: the consumer assigns it as ever
+
+
+def test_a_replaced_cooperative_consumer_assigns_incrementally():
+    new = Assignable(cooperative=True)
+    offsets = Offsets(Kafka(), "jobs.ready")  # type: ignore[arg-type]
+    offsets.replace(new)  # type: ignore[arg-type]
+    offsets.on_assign(new, assignment(3))  # type: ignore[arg-type]
+    assert new.assigned == [("incremental", [(3, OFFSET_BEGINNING)])]

@@ -22,6 +22,7 @@ from leasework.worker.consumer import (
     read_message,
     receive,
 )
+from leasework.worker.feed import Feed
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
@@ -174,7 +175,7 @@ async def test_the_loop_asks_for_the_free_slots_and_waits_for_slots_with_what_it
     send, batches = trio.open_memory_channel[list[Consumed]](10)
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(consume, kafka, offsets, slots, stopping, send)
+            nursery.start_soon(consume, Feed.of(offsets), slots, stopping, send)
             first = await batches.receive()
             assert first == [Consumed(0, 0, ids[0]), Consumed(0, 1, ids[1])]
             assert kafka.calls == [("poll", 1), ("consume", 1)] and slots.held == 2
@@ -199,7 +200,7 @@ async def test_what_was_received_when_stopping_is_dropped_unfinished_for_redeliv
     send, batches = trio.open_memory_channel[list[Consumed]](10)
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(consume, kafka, offsets, slots, stopping, send)
+            nursery.start_soon(consume, Feed.of(offsets), slots, stopping, send)
             await batches.receive()
             await trio.sleep(0.05)  # the second waits for a slot
             stopping.set("test")
@@ -232,3 +233,42 @@ def test_a_paused_queue_pauses_its_whole_assignment_before_every_poll_and_resume
     switch.apply(consumer, False)
     switch.apply(consumer, False)
     assert consumer.calls == [("pause", [0, 1]), ("pause", [0, 1, 2]), ("resume", [0, 1, 2])]
+
+
+class Renewing(Feed):
+    """A feed whose topic is made again after ``stale_after`` polls: renew() swaps in
+    ``replacement`` as Feed.renew does (Offsets.replace)."""
+
+    def __init__(self, offsets: Offsets, replacement: Kafka, stale_after: int) -> None:
+        vars(self).update(vars(Feed.of(offsets)))
+        self.replacement, self.stale_after, self.renewals = replacement, stale_after, 0
+
+    def stale(self) -> bool:
+        return self.renewals == 0 and len(self.consumer.calls) >= self.stale_after
+
+    async def renew(self) -> None:
+        self.renewals += 1
+        self.offsets.replace(self.replacement)  # type: ignore[arg-type, union-attr]
+
+
+async def test_a_stale_feed_is_renewed_between_polls_and_what_then_arrives_is_the_new_ones():
+    ids = [uuid.uuid4() for _ in range(3)]
+    old, new = Kafka([message(40, ids[0])]), Kafka([message(0, ids[1]), message(1, ids[2])])
+    offsets = Offsets(old, "jobs.ready")  # type: ignore[arg-type]
+    feed = Renewing(offsets, new, stale_after=2)  # the old consumer's message, then an idle poll
+    slots, stopping = Slots(10), Stopping()
+    send, batches = trio.open_memory_channel[list[Consumed]](10)
+    got: list[Consumed] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume, feed, slots, stopping, send)
+            while len(got) < 3:
+                got += await batches.receive()
+            stopping.set("test")
+    assert feed.renewals == 1
+    assert got[0] == Consumed(0, 40, ids[0], generation=0)
+    assert got[1:] == [Consumed(0, 0, ids[1], generation=1), Consumed(0, 1, ids[2], generation=1)]
+    offsets.finish(0, 40, got[0].generation)  # the old consumer's: nothing to commit
+    assert offsets.tracker.positions() == {}
+    offsets.finish(0, 0, got[1].generation)
+    assert offsets.tracker.positions() == {0: 1}

@@ -22,6 +22,7 @@ from leasework.service import Stopping
 from leasework.states import Status
 from leasework.worker.claim import IDLE_BEFORE_WAKE, ClaimResult, ClaimStage, Skip, Started
 from leasework.worker.completer import Finished
+from leasework.worker.feed import Feed
 from leasework.worker.offsets import Offsets
 from leasework.worker.process import Worker
 from leasework.worker.slots import Slots
@@ -129,7 +130,7 @@ async def test_each_message_passes_once_and_is_finished_only_after_its_outcome_i
     offsets, stopping = Offsets(kafka, "jobs.ready"), Stopping()  # type: ignore[arg-type]
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker.pipeline, kafka, offsets, stopping)
+            nursery.start_soon(worker.pipeline, Feed.of(offsets), stopping)
             await wait_until(lambda: completer.waiting == 2)  # type: ignore[attr-defined]
             await trio.sleep(0.05)
             assert offsets.tracker.positions() == {}  # both ran; neither outcome is written yet
@@ -156,7 +157,7 @@ async def test_a_stop_gives_running_jobs_the_graceful_time_then_cancels_and_writ
     offsets, stopping = Offsets(kafka, "jobs.ready"), Stopping()  # type: ignore[arg-type]
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker.pipeline, kafka, offsets, stopping)
+            nursery.start_soon(worker.pipeline, Feed.of(offsets), stopping)
             await wait_until(lambda: len(worker.executor.running) == 2)
             stopped = trio.current_time()
             stopping.set("test")
@@ -181,7 +182,7 @@ async def test_a_bug_while_handling_a_job_leaves_its_message_unfinished_and_the_
     offsets, stopping = Offsets(kafka, "jobs.ready"), Stopping()  # type: ignore[arg-type]
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker.pipeline, kafka, offsets, stopping)
+            nursery.start_soon(worker.pipeline, Feed.of(offsets), stopping)
             await wait_until(lambda: errors() == before + 1)
             kafka.script.append(Message(0, 2, value(fine)))  # the worker is still consuming
             await wait_until(lambda: len(worker.completer.written) == 2)  # type: ignore[attr-defined]
@@ -200,7 +201,7 @@ async def test_a_wakeup_starts_a_job_only_while_its_queue_is_quiet_and_holds_no_
     slots = worker.slots_of["default"]
     with trio.fail_after(10):  # a hang is a failure
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(worker.pipeline, kafka, offsets, stopping)
+            nursery.start_soon(worker.pipeline, Feed.of(offsets), stopping)
             assert not worker.wake("emails", woken)  # a queue this worker does not serve
             await wait_until(lambda: worker.wake("default", woken))  # once its stage runs
             await wait_until(lambda: completer.waiting == 1)  # type: ignore[attr-defined]
