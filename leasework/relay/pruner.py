@@ -3,8 +3,8 @@
 Finished jobs go after their state's retention (``LEASEWORK_RETAIN_SUCCEEDED``, ``_DEAD``,
 ``_CANCELLED``), taking their outbox rows, attempts and effects with them; audit entries
 (and the auditor's violations) go after ``_RETAIN_AUDIT``, Alertmanager's notifications
-after ``_RETAIN_ALERTS``, schedules' recorded ticks after ``_RETAIN_TICKS`` (a pruned tick
-can be backfilled again; the scheduler never goes back to it). (The outbox needs no
+after ``_RETAIN_ALERTS``, schedules' recorded ticks and deletions after ``_RETAIN_TICKS`` (a
+pruned tick can be backfilled again; the scheduler never goes back to it). (The outbox needs no
 retention of its own: the relay deletes each row once Kafka acknowledged it.) Each pass
 deletes in batches claimed with ``FOR UPDATE SKIP LOCKED``, so several relays prune side by
 side without waiting on each other, until a batch comes back short. A pruned job's
@@ -66,6 +66,9 @@ class Retention:
             "alert_notifications": self.alerts,
             "schedule_ticks": self.ticks,
             "invariant_violations": self.audit,  # the auditor's findings: kept as long
+            # when each schedule was deleted (the auditor tells a name's incarnations apart
+            # by it): needed only while ticks of the deleted one may still be audited
+            "schedule_deletions": self.ticks,
         }
 
 

@@ -187,6 +187,7 @@ AGED_TABLES = {
     "alert_notifications": "received_at",
     "schedule_ticks": "recorded_at",
     "invariant_violations": "found_at",
+    "schedule_deletions": "deleted_at",
 }
 
 

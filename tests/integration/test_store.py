@@ -533,6 +533,8 @@ AGED_INSERT = {
     "VALUES (now() - %s::interval, 'test', 'retry', 'x') RETURNING id",
     "alert_notifications": "INSERT INTO alert_notifications (received_at, alertname, status) "
     "VALUES (now() - %s::interval, 'TestAlert', 'firing') RETURNING id",
+    "schedule_deletions": "INSERT INTO schedule_deletions (name, created_at, deleted_at) "
+    "VALUES ('test-deleted', now() - interval '400 days', now() - %s::interval) RETURNING id",
 }
 
 
@@ -573,6 +575,17 @@ async def test_the_pruner_deletes_audit_entries_and_notifications_past_their_ret
     assert Retention.from_settings(settings).of_tables()["alert_notifications"] == 30 * day
     for table, n in counts.tables.items():
         assert metrics.rows_pruned.labels(table)._value.get() - before[table] == n
+
+
+async def test_the_pruner_deletes_schedule_deletions_with_the_ticks_retention(conn):
+    old = [aged(conn, "schedule_deletions", age) for age in ("40 days", "31 days")]
+    fresh = [aged(conn, "schedule_deletions", age) for age in ("29 days", "1 second")]
+    day = 86400.0
+    retention = Retention(succeeded=None, dead=None, cancelled=None, ticks=30 * day)
+    pruner = Pruner(InTransaction(conn), PrunerConfig(retention, batch=1))  # type: ignore[arg-type]
+    counts = await pruner.run_once()
+    assert ids_left(conn, "schedule_deletions", old + fresh) == set(fresh)
+    assert counts.tables["schedule_deletions"] >= 2
 
 
 def test_one_prune_statement_deletes_at_most_its_batch_and_only_from_its_tables(conn):
