@@ -73,13 +73,13 @@ test-unit: bootstrap
 # every test: unit, then integration against the real stack (started if needed, reused if up), then API conformance, then the connection tests once more with the stack secured
 test: test-plain test-secured
 
-# unit, integration (the stack in its current mode, plain by default) and API conformance (12 examples per operation and phase here, to keep CI under 25 minutes; `just conformance` runs 50)
+# unit, integration (the stack in its current mode, plain by default) and API conformance (8 examples per operation and phase here, to keep CI under 25 minutes; `just conformance` runs 50)
 test-plain: bootstrap
     {{stack}} provision
     {{python}} -m pytest tests/unit -q
     {{stack}} up
     {{python}} -m pytest tests/integration -q --durations=15
-    {{python}} -m tools.conformance --max-examples 12
+    {{python}} -m tools.conformance --max-examples 8
 
 # the long tests left out of `just test` (marked ondemand: what they show, a faster test shows too)
 test-ondemand: bootstrap

@@ -8,7 +8,8 @@
     async def send_receipt(ctx: leasework.JobContext, payload: Receipt) -> dict:
         ...
 
-A handler is an async function of a :class:`~leasework.context.JobContext` and, optionally, a
+A handler is a function (``async def`` or plain ``def``, run in the lane ``runs_in`` names:
+:mod:`leasework.lanes`) of a :class:`~leasework.context.JobContext` and, optionally, a
 payload. The payload's annotation (a pydantic model, a dataclass, a TypedDict, or any type
 pydantic's ``TypeAdapter`` understands) validates the JSON at every door and decodes it for the
 handler; an unannotated payload is the raw JSON. Per-type policy (attempts, timeout, backoff,
@@ -27,7 +28,7 @@ import math
 import os
 import sys
 import typing
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,7 @@ from leasework import priorities, queues
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
+from leasework.lanes import Lane, lane_of
 from leasework.rates import Rate, parse_rate
 from leasework.schedule import DEFAULT_GRACE, CatchUp, Definition, Overlap, ScheduleError
 from leasework.unique import Unique, fields_errors, schema_properties
@@ -73,7 +75,7 @@ class JobType:
     def __init__(
         self,
         name: str,
-        handler: Callable[..., Awaitable[Any]],
+        handler: Callable[..., Any],
         *,
         payload: Any = _UNSET,
         max_attempts: int | None = None,
@@ -88,15 +90,17 @@ class JobType:
         rate_burst: int = 1,
         rate_key: str | None = None,
         priority: int | None = None,
+        runs_in: str | None = None,
     ) -> None:
         if not isinstance(name, str) or not TYPE_NAME_PATTERN.match(name):
             raise AppError(
                 f"job type name {name!r} is invalid: use 1-100 letters, digits and _ . : -"
             )
-        if not inspect.iscoroutinefunction(handler):
-            raise AppError(f"the handler of {name!r} must be an async function (async def)")
+        if not callable(handler):
+            raise AppError(f"the handler of {name!r} must be a function, got {handler!r}")
         self.name = name
         self.handler = handler
+        self.lane = lane_of(name, handler, runs_in)
         self.description = inspect.getdoc(handler)
         self.takes_payload, annotation = _payload_annotation(name, handler, payload)
         self.adapter: pydantic.TypeAdapter | None = (
@@ -208,7 +212,9 @@ class JobType:
         return f"<JobType {self.name}>"
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.handler(*args, **kwargs)
+        """Call the handler here, in this thread (a plain function's too): for tests."""
+        value = self.handler(*args, **kwargs)
+        return await value if inspect.isawaitable(value) else value
 
     # ------------------------------------------------------------ payloads
 
@@ -313,6 +319,8 @@ class App:
         self.name = name
         self._types: dict[str, JobType] = {}
         self._schedules: dict[str, Definition] = {}
+        # lane -> "start"/"stop" -> hooks, run in the lane by each worker (leasework.lanes)
+        self.lane_hooks: dict[Lane, dict[str, list[Callable[[], Any]]]] = {}
 
     def __repr__(self) -> str:
         return f"<leasework.App {self.name}: {', '.join(self.names) or 'no job types'}>"
@@ -335,7 +343,8 @@ class App:
         rate_burst: int = 1,
         rate_key: str | None = None,
         priority: int | None = None,
-    ) -> Callable[[Callable[..., Awaitable[Any]]], JobType]:
+        runs_in: str | None = None,
+    ) -> Callable[[Callable[..., Any]], JobType]:
         """Declare a job type. ``name`` defaults to the function's name; ``max_attempts``,
         ``timeout`` (seconds) and ``backoff`` (base, cap in seconds) default to the process
         settings when left out; ``permanent`` lists exceptions that go straight to ``dead``
@@ -356,9 +365,12 @@ class App:
         start, spending no attempt. ``priority``, from 0 (the highest, and the default) to 3,
         orders its jobs within their queue under backlog (a submit may ask another): a higher
         priority starts first, and a lower one waiting rises a level per second, so it is
-        never starved."""
+        never starved. ``runs_in`` is the lane its handler runs in (:mod:`leasework.lanes`):
+        ``"trio"`` (the default for an ``async def``), ``"thread"`` (the default for a plain
+        ``def``), ``"asyncio"`` (an ``async def`` using asyncio libraries) or ``"process"``
+        (a plain ``def`` doing CPU-bound work, in a child process)."""
 
-        def decorate(handler: Callable[..., Awaitable[Any]]) -> JobType:
+        def decorate(handler: Callable[..., Any]) -> JobType:
             job_type = JobType(
                 name or handler.__name__,
                 handler,
@@ -375,6 +387,7 @@ class App:
                 rate_burst=rate_burst,
                 rate_key=rate_key,
                 priority=priority,
+                runs_in=runs_in,
             )
             self.add(job_type)
             if schedule is not None:
@@ -395,7 +408,32 @@ class App:
             self.add(job_type)
         for definition in other.schedules:
             self._add_schedule(definition)
+        for lane, hooks in other.lane_hooks.items():
+            for which, fns in hooks.items():
+                self.lane_hooks.setdefault(lane, {}).setdefault(which, []).extend(fns)
         return self
+
+    def on_lane_start(self, lane: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+        """Run the decorated function in ``lane`` as each worker opens it, before any job:
+        an ``async def`` on the asyncio lane's own loop (an asyncpg pool, an aiohttp
+        session) or in the trio lane, a plain ``def`` in a thread of the thread lane or in
+        each new child of the process lane (``django.setup()``). A hook that fails stops the
+        worker from starting. Like Celery's ``worker_process_init`` and arq's ``on_startup``."""
+        return self._lane_hook(lane, "start")
+
+    def on_lane_stop(self, lane: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+        """Run the decorated function in ``lane`` as the worker stops (in the process lane:
+        as each child exits, retired or idle); a failure is logged."""
+        return self._lane_hook(lane, "stop")
+
+    def _lane_hook(self, lane: str, which: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+        def register(fn: Callable[[], Any]) -> Callable[[], Any]:
+            name = f"{which} hook {getattr(fn, '__qualname__', fn)!r}"
+            chosen = lane_of(name, fn, lane)
+            self.lane_hooks.setdefault(chosen, {}).setdefault(which, []).append(fn)
+            return fn
+
+        return register
 
     def schedule(
         self,

@@ -89,6 +89,7 @@ SETTING_VARIABLES = (
     "WORKER_WAKEUPS",
     "APP",
     "DOCTOR_ALLOW",
+    "PROCESS_LANE_START",
 )
 
 
@@ -186,6 +187,15 @@ class Settings:
     # handlers in flight per worker; they hold no database connection (the completer and the
     # heartbeat write for all of them), so this is cheap to raise
     worker_concurrency: int = 64
+    # the lanes handlers run in (leasework.lanes): how many run at once in each per worker;
+    # the process lane's children are recycled after that many jobs or past that peak
+    # memory (0: never), and started by "spawn" or "forkserver" (never "fork")
+    thread_lane_capacity: int = 16
+    asyncio_lane_capacity: int = 100
+    process_lane_capacity: int = 2
+    process_lane_max_jobs: int = 0
+    process_lane_max_memory_mb: int = 0
+    process_lane_start: str = "spawn"
     lease_ttl: float = 10.0
     # "fenced" (always, unless the unsafe demo mode is asked for explicitly, see load())
     lease_mode: str = "fenced"
@@ -308,6 +318,11 @@ INTEGERS: dict[str, tuple[str, int, int]] = {
     "MAX_WEBHOOK_BYTES": ("max_webhook_bytes", 1024, 64 * 1_048_576),
     "MAX_FORM_BYTES": ("max_form_bytes", 1024, 1_048_576),
     "MAX_SMALL_BODY_BYTES": ("max_small_body_bytes", 1024, 16 * 1_048_576),
+    "THREAD_LANE_CAPACITY": ("thread_lane_capacity", 1, 1024),
+    "ASYNCIO_LANE_CAPACITY": ("asyncio_lane_capacity", 1, 100_000),
+    "PROCESS_LANE_CAPACITY": ("process_lane_capacity", 1, 256),
+    "PROCESS_LANE_MAX_JOBS": ("process_lane_max_jobs", 0, 10_000_000),
+    "PROCESS_LANE_MAX_MEMORY_MB": ("process_lane_max_memory_mb", 0, 1_048_576),
 }
 
 
@@ -347,6 +362,13 @@ def load(role: str, environ: Mapping[str, str] | None = None) -> Settings:
         if (raw := get(suffix)) is not None:
             values[attr] = parse_int(f"LEASEWORK_{suffix}", raw, low, high)
     values["lease_mode"] = _lease_mode(get)
+    if (start := get("PROCESS_LANE_START")) is not None:
+        if start not in ("spawn", "forkserver"):
+            raise ConfigError(
+                f"LEASEWORK_PROCESS_LANE_START={start!r} is not 'spawn' or 'forkserver' (the "
+                "process lane never forks: the worker has threads and librdkafka's state)"
+            )
+        values["process_lane_start"] = start
     if (offset := get("FAKE_CLOCK_OFFSET")) is not None:
         values["fake_clock_offset"] = _clock_offset(offset)
     values["unsafe_scheduler"] = _unsafe_scheduler(get)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,25 @@ import psycopg
 from leasework.downstream import Fence
 
 Effect = Callable[[psycopg.Connection], Any]
+
+
+@dataclass(frozen=True)
+class EffectCall:
+    """``fn(conn, *args, **kwargs)``: an effect queued with its arguments, which pickles
+    when ``fn`` is a module-level function (the process lane sends effects back this way)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, conn: psycopg.Connection) -> Any:
+        return self.fn(conn, *self.args, **self.kwargs)
+
+
+class Cancelled(Exception):
+    """Raised by :meth:`JobContext.raise_if_cancelled` in a handler whose attempt was
+    cancelled (its lease lost, its timeout passed, a cancel requested, the worker stopping):
+    what the attempt came to is already decided, and nothing it returns counts."""
 
 
 @dataclass
@@ -33,6 +53,36 @@ class JobContext:
     worker: str
     payload: Any = None  # the stored JSON, as sent; the handler's argument is the decoded one
     effects: list[Effect] = field(default_factory=list)
+    timeout_seconds: float | None = None  # this attempt's own bound (None: not known)
+    # set when the attempt is cancelled; read by handlers that run outside the worker's loop
+    # (a thread can only stop itself); not sent to a child process, which is killed instead
+    _cancel: threading.Event = field(
+        default_factory=threading.Event, init=False, repr=False, compare=False
+    )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_cancel", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cancel = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this attempt was cancelled: a handler in a thread, which cannot be stopped
+        from outside, should return (or :meth:`raise_if_cancelled`) when it turns true."""
+        return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`Cancelled` if this attempt was cancelled."""
+        if self._cancel.is_set():
+            raise Cancelled(f"attempt {self.attempt} of job {self.job_id} was cancelled")
+
+    def cancel(self) -> None:
+        """Mark the attempt cancelled (the worker does, as it cancels the handler)."""
+        self._cancel.set()
 
     @property
     def idempotency_key(self) -> str:
@@ -51,8 +101,10 @@ class JobContext:
         :func:`leasework.downstream.raise_if_stale`."""
         return Fence(self.job_id, self.fence).headers()
 
-    def fenced(self, fn: Effect) -> Effect:
-        """Run ``fn(conn)`` (a psycopg connection, rows as dicts) inside the fenced outcome
-        transaction of this attempt. Returns ``fn``, so it also works as a decorator."""
-        self.effects.append(fn)
+    def fenced(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """Run ``fn(conn, *args, **kwargs)`` (``conn`` a psycopg connection, rows as dicts)
+        inside the fenced outcome transaction of this attempt. Returns ``fn``, so it also
+        works as a decorator. In the process lane ``fn`` must be a module-level function (it
+        travels back to the worker by pickle; a lambda or a nested function is refused)."""
+        self.effects.append(EffectCall(fn, args, kwargs) if args or kwargs else fn)
         return fn

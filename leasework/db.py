@@ -184,6 +184,22 @@ class Database:
         A transaction left open by a failed statement is rolled back."""
         return await self._in_thread(fn, args, _Mode.TRANSACT)
 
+    def run_blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """:meth:`run` for a thread that is not Trio's (the worker's loop guard, which must
+        reach Postgres while the loop is blocked): blocking, not bounded by the limiter."""
+        return self._call(fn, args, _Mode.TRANSACTION)
+
+    def _call(self, fn: Callable[..., T], args: tuple[object, ...], mode: _Mode) -> T:
+        try:
+            return self._once(fn, args, mode)
+        except _DeadConnection:
+            log.warning("a pooled connection was dead; checking the pool, trying once more")
+            self.pool.check()
+            try:
+                return self._once(fn, args, mode)
+            except _DeadConnection as again:
+                raise again.__cause__ from None  # type: ignore[misc]
+
     async def _in_thread(
         self,
         fn: Callable[..., T],
@@ -191,19 +207,8 @@ class Database:
         mode: _Mode,
         abandon_on_cancel: bool = False,
     ) -> T:
-        def call() -> T:
-            try:
-                return self._once(fn, args, mode)
-            except _DeadConnection:
-                log.warning("a pooled connection was dead; checking the pool, trying once more")
-                self.pool.check()
-                try:
-                    return self._once(fn, args, mode)
-                except _DeadConnection as again:
-                    raise again.__cause__ from None  # type: ignore[misc]
-
         return await trio.to_thread.run_sync(
-            call, limiter=self.limiter, abandon_on_cancel=abandon_on_cancel
+            self._call, fn, args, mode, limiter=self.limiter, abandon_on_cancel=abandon_on_cancel
         )
 
     def _once(self, fn: Callable[..., T], args: tuple[object, ...], mode: _Mode) -> T:

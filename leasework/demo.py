@@ -13,12 +13,21 @@ demonstration. Load it like any user app: ``LEASEWORK_APP=leasework.demo:app``.
   each effect's span: from that instant to the row's commit).
 * ``rated``: at most five start per second per ``key`` across all workers; writes an
   effect row saying when its handler began.
+* ``ledger_thread``, ``ledger_asyncio``, ``ledger_process``: ``ledger`` in the thread lane (a
+  plain function, ``time.sleep``), the asyncio lane (``asyncio.sleep``) and the process lane
+  (pure-Python CPU work for ``seconds``): one fenced effect row each, naming the lane.
+* ``block_trio``, ``block_thread``, ``block_asyncio``, ``block_process``: badly behaved code
+  in each lane, for the lanes' matrix: ``how`` is ``sleep`` (``time.sleep``), ``spin`` (a
+  pure-Python loop) or ``gil`` (one C call that holds the GIL: ``sum(range(n))``), for
+  ``seconds``; then one fenced effect row.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from pydantic import BaseModel, Field
@@ -123,3 +132,95 @@ async def rated(ctx: JobContext, payload: Rated) -> None:
     began = time.time()
     data = {"attempt": ctx.attempt, "worker": ctx.worker, "key": payload.key, "began": began}
     ctx.fenced(lambda conn: effect_insert(conn, ctx, "rated", data))
+
+
+# ------------------------------------------------------------------ the lanes (leasework.lanes)
+
+
+def _ledger_data(ctx: JobContext, lane: str) -> dict[str, Any]:
+    return {"attempt": ctx.attempt, "worker": ctx.worker, "lane": lane, "pid": os.getpid()}
+
+
+@app.job("ledger_thread")
+def ledger_thread(ctx: JobContext, payload: Ledger) -> None:
+    """``ledger`` as a plain function in the thread lane: blocks its thread for ``seconds``."""
+    if payload.seconds:
+        time.sleep(payload.seconds)
+    ctx.fenced(effect_insert, ctx, "ledger", _ledger_data(ctx, "thread"))
+
+
+@app.job("ledger_asyncio", runs_in="asyncio")
+async def ledger_asyncio(ctx: JobContext, payload: Ledger) -> None:
+    """``ledger`` on the asyncio lane's loop: ``asyncio.sleep`` for ``seconds``."""
+    if payload.seconds:
+        await asyncio.sleep(payload.seconds)
+    ctx.fenced(effect_insert, ctx, "ledger", _ledger_data(ctx, "asyncio"))
+
+
+@app.job("ledger_process", runs_in="process")
+def ledger_process(ctx: JobContext, payload: Ledger) -> None:
+    """``ledger`` in a child process: pure-Python CPU work for ``seconds`` (it holds the
+    GIL of its own process only)."""
+    end = time.monotonic() + payload.seconds
+    while time.monotonic() < end:
+        pass
+    ctx.fenced(effect_insert, ctx, "ledger", _ledger_data(ctx, "process"))
+
+
+class Block(BaseModel):
+    how: Literal["sleep", "spin", "gil"]
+    seconds: float = Field(1.0, ge=0, le=600)
+
+
+_SUMMED_PER_SECOND: list[float] = []  # sum(range(n)) speed, measured once per process
+
+
+def _gil_rate() -> float:
+    if not _SUMMED_PER_SECOND:
+        n, began = 2_000_000, time.perf_counter()
+        sum(range(n))
+        _SUMMED_PER_SECOND.append(n / max(time.perf_counter() - began, 1e-6))
+    return _SUMMED_PER_SECOND[0]
+
+
+def block(how: str, seconds: float) -> None:
+    """Misbehave for ``seconds``: sleep, spin in Python (the GIL changes hands every 5 ms),
+    or hold the GIL in a single C call (no other thread of the process runs meanwhile)."""
+    if how == "sleep":
+        time.sleep(seconds)
+    elif how == "spin":
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    else:
+        sum(range(int(_gil_rate() * seconds)))
+
+
+def _blocked(ctx: JobContext, lane: str) -> None:
+    ctx.fenced(effect_insert, ctx, "ledger", _ledger_data(ctx, lane))
+
+
+@app.job("block_trio", runs_in="trio")
+async def block_trio(ctx: JobContext, payload: Block) -> None:
+    """Blocks the worker's own loop (what the trio lane must never do)."""
+    block(payload.how, payload.seconds)
+    _blocked(ctx, "trio")
+
+
+@app.job("block_thread", runs_in="thread")
+def block_thread(ctx: JobContext, payload: Block) -> None:
+    block(payload.how, payload.seconds)
+    _blocked(ctx, "thread")
+
+
+@app.job("block_asyncio", runs_in="asyncio")
+async def block_asyncio(ctx: JobContext, payload: Block) -> None:
+    """Blocks the asyncio lane's loop."""
+    block(payload.how, payload.seconds)
+    _blocked(ctx, "asyncio")
+
+
+@app.job("block_process", runs_in="process")
+def block_process(ctx: JobContext, payload: Block) -> None:
+    block(payload.how, payload.seconds)
+    _blocked(ctx, "process")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 
@@ -37,6 +38,33 @@ class LeaseworkError(Exception):
 
 class Permanent(Exception):
     """Raised by a handler when retrying cannot help: the job goes to ``dead`` at once."""
+
+
+MAX_RETRY_AFTER = 30 * 86400.0  # seconds: a handler's own retry waits a month at most
+
+
+class Retry(Exception):
+    """Raised by a handler to be tried again ``after`` seconds (or a ``timedelta``) from now,
+    in place of its type's backoff, like Celery's ``self.retry(countdown=...)``: the attempt
+    counts (on its last one the job goes to ``dead``), and ``reason`` is its error."""
+
+    def __init__(self, after: float | timedelta = 0.0, reason: str = "") -> None:
+        seconds = after.total_seconds() if isinstance(after, timedelta) else after
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= MAX_RETRY_AFTER
+        ):
+            raise ValueError(
+                f"Retry(after=) is 0 to {MAX_RETRY_AFTER:g} seconds or a timedelta, got {after!r}"
+            )
+        super().__init__(float(seconds), reason)
+        self.after = float(seconds)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        why = f": {self.reason}" if self.reason else ""
+        return f"the handler asked to be retried in {self.after:g}s{why}"
 
 
 class StaleFence(LeaseworkError):

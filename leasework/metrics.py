@@ -223,6 +223,33 @@ audit_last_pass = Gauge(
     "leasework_audit_last_pass_timestamp_seconds",
     "When this process's auditor last completed a pass (unix time)",
 )
+loop_guard_renewals = Counter(
+    "leasework_loop_guard_renewals",
+    "Leases the worker's loop guard renewed from its thread while the event loop was blocked "
+    "(a trio-lane handler that does not yield: leasework/worker/loop_guard.py)",
+)
+loop_guard_exits = Counter(
+    "leasework_loop_guard_exits",
+    "Times the loop guard ended its worker: the loop blocked past every running handler's "
+    "timeout, or a thread-lane handler running far past its own (seen after the restart)",
+)
+lane_busy = Gauge(
+    "leasework_lane_busy",
+    "Handlers running in each lane of this worker (thread, asyncio, process; the trio lane's "
+    "are leasework_jobs_in_flight's), abandoned threads included until they return",
+    ["lane"],
+)
+lane_waiting = Gauge(
+    "leasework_lane_waiting",
+    "Started jobs waiting for room in their lane (its capacity is full), by lane",
+    ["lane"],
+)
+lane_seconds = Histogram(
+    "leasework_lane_seconds",
+    "How long a handler ran in its lane (thread, asyncio, process)",
+    ["lane"],
+    buckets=(0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900),
+)
 relay_producer_renewals = Counter(
     "leasework_relay_producer_renewals",
     "Producers the relay replaced because a topic it publishes to was deleted and made again "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from leasework.backoff import retry_or_dead
@@ -53,11 +53,12 @@ def retry_outcome(
     *,
     permanent: bool = False,
     immediate: bool = False,
+    after: float | None = None,
     rng: random.Random | None = None,
 ) -> Outcome:
-    """``failed`` with the job's own backoff (else the defaults), or ``dead``: the one
-    decision for an attempt that did not succeed (the worker) and a lease that expired (the
-    reaper)."""
+    """``failed`` with the job's own backoff (else the defaults; ``after`` seconds when the
+    handler asked for it), or ``dead``: the one decision for an attempt that did not succeed
+    (the worker) and a lease that expired (the reaper)."""
     decision = retry_or_dead(
         job.attempt,
         job.max_attempts,
@@ -67,4 +68,6 @@ def retry_outcome(
         immediate=immediate,
         rng=rng,
     )
+    if after is not None and decision.status is Status.FAILED:
+        decision = replace(decision, delay=after)
     return Outcome(decision.status, error, retry_in=decision.delay)

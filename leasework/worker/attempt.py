@@ -22,8 +22,9 @@ from leasework.job import Job
 from leasework.outcomes import Completion, Outcome, RetryDefaults
 from leasework.states import Status
 from leasework.worker.claim import Started
-from leasework.worker.execution import HandlerResult, call_handler
+from leasework.worker.execution import HandlerResult, Runner, call_handler
 from leasework.worker.heartbeat import CancelReason, RunningJob, lease_deadline
+from leasework.worker.lanes import Lanes, run_here
 from leasework.worker.outcome import effect_failure, outcome_of
 
 
@@ -36,9 +37,12 @@ class Executor:
         ttl: float,
         defaults: RetryDefaults,
         bounded_by_lease: bool = True,
+        lanes: Lanes | None = None,
     ) -> None:
-        """``bounded_by_lease=False`` is the plain-TTL demonstration: no deadline scope."""
+        """``bounded_by_lease=False`` is the plain-TTL demonstration: no deadline scope.
+        ``lanes`` run the handlers (None: :func:`run_here`, each lane without a worker's)."""
         self.app = app
+        self.run_in_lane: Runner = lanes.run if lanes is not None else run_here
         self.worker = worker
         self.ttl = ttl
         self.defaults = defaults
@@ -61,11 +65,18 @@ class Executor:
             fence=job.fence,
             worker=self.worker,
             payload=job.payload,
+            timeout_seconds=job.timeout_seconds,
         )
         deadline = (
             lease_deadline(started.claimed_at, self.ttl) if self.bounded_by_lease else math.inf
         )
-        running = RunningJob(started.claim, trio.CancelScope(deadline=deadline))
+        running = RunningJob(
+            started.claim,
+            trio.CancelScope(deadline=deadline),
+            lane=job_type.lane.value,
+            timeout=job.timeout_seconds,
+            type=job.type,
+        )
         handled, timed_out = await self._call(job, job_type, ctx, running)
         outcome = outcome_of(
             job, handled, self.defaults, timed_out=timed_out, cancelled_by=running.reason
@@ -76,6 +87,16 @@ class Executor:
             return effect_failure(job, exc, self.defaults, permanent=job_type.is_permanent(exc))
 
         return Completion(job.id, job.fence, outcome, effects, effect_failed)
+
+    def loop_bound(self) -> float | None:
+        """The longest timeout of the handlers running on the worker's own loop (None: none
+        runs there): how long the loop guard lets a blocked loop hold the leases. Called from
+        the guard's thread."""
+        try:
+            timeouts = [r.timeout for r in list(self.running.values()) if r.lane == "trio"]
+        except RuntimeError:  # changed meanwhile: the loop runs
+            return math.inf
+        return max(timeouts) if timeouts else None
 
     def undefined(self, job: Job) -> Completion:
         """A job of a type the app does not define, started all the same: its message named
@@ -103,7 +124,7 @@ class Executor:
         try:
             with running.scope:
                 with trio.move_on_after(job.timeout_seconds) as timeout_scope:
-                    handled = await call_handler(job_type, ctx)
+                    handled = await call_handler(job_type, ctx, self.run_in_lane)
                 timed_out = timeout_scope.cancelled_caught
         finally:
             running.completing = True

@@ -8,6 +8,7 @@ the type's policy, the result encoded to JSON under the size cap.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,9 @@ import pydantic_core
 
 from leasework.app import JobType, pydantic_field_errors
 from leasework.context import JobContext
-from leasework.errors import StaleFence
+from leasework.errors import Retry, StaleFence
 from leasework.jsonlimits import MAX_RESULT_BYTES, storable_errors
+from leasework.worker.lanes import ChildFailure, run_here
 
 ERROR_CHARS = 2000
 
@@ -31,6 +33,7 @@ class HandlerResult:
     error: str | None = None
     permanent: bool = False
     stale: bool = False  # a service refused the attempt's fence (leasework.StaleFence)
+    retry_after: float | None = None  # the handler asked for its retry then (leasework.Retry)
 
     @property
     def ok(self) -> bool:
@@ -73,11 +76,17 @@ def encode_result(value: Any, limit: int = MAX_RESULT_BYTES) -> tuple[Any, str |
     return jsonable, None
 
 
-async def call_handler(job_type: JobType, ctx: JobContext) -> HandlerResult:
-    """Decode ``ctx.payload``, run the handler, encode its result. Cancellation propagates
-    (the caller's scopes decide what a cancelled attempt means); every other exception is the
-    attempt's outcome. A payload that does not decode and a result that cannot be stored are
-    permanent: retrying would give the same answer."""
+Runner = Callable[[JobType, JobContext, tuple[Any, ...]], Awaitable[Any]]
+
+
+async def call_handler(
+    job_type: JobType, ctx: JobContext, runner: Runner = run_here
+) -> HandlerResult:
+    """Decode ``ctx.payload``, run the handler in its lane (``runner``: the worker's
+    :meth:`Lanes.run`, or :func:`run_here` without a worker), encode its result.
+    Cancellation propagates (the caller's scopes decide what a cancelled attempt means);
+    every other exception is the attempt's outcome. A payload that does not decode and a
+    result that cannot be stored are permanent: retrying would give the same answer."""
     if job_type.takes_payload:
         unreadable = storable_errors(ctx.payload)  # stored past the checks of every door
         if unreadable:
@@ -93,9 +102,18 @@ async def call_handler(job_type: JobType, ctx: JobContext) -> HandlerResult:
     else:
         args = (ctx,)
     try:
-        value = await job_type.handler(*args)
+        value = await runner(job_type, ctx, args)
     except StaleFence as exc:  # not the handler's failure: a newer attempt holds the job
         return HandlerResult(error=describe(exc), stale=True)
+    except Retry as asked:
+        return HandlerResult(error=str(asked), retry_after=asked.after)
+    except ChildFailure as failure:  # the process lane's: judged in the child already
+        return HandlerResult(
+            error=failure.description,
+            permanent=failure.permanent,
+            stale=failure.stale,
+            retry_after=failure.retry_after,
+        )
     except Exception as exc:  # a handler's failure is the attempt's outcome
         return HandlerResult(error=describe(exc), permanent=job_type.is_permanent(exc))
     result, problem = encode_result(value)

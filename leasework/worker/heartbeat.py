@@ -52,6 +52,9 @@ class RunningJob:
     scope: trio.CancelScope
     reason: CancelReason | None = None
     completing: bool = False  # the handler returned: its outcome is on its way to the store
+    lane: str = "trio"  # where its handler runs (leasework.lanes)
+    type: str = ""  # its job type (named when the loop guard sees the loop blocked)
+    timeout: float = float("inf")  # its own timeout, seconds
 
     @property
     def job_id(self) -> uuid.UUID:

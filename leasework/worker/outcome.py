@@ -3,9 +3,10 @@ job, the handler's result and why its scopes were cancelled, if they were.
 
 A cancel request is ``cancelled``; success is ``succeeded`` with the handler's result; every
 other ending (an error, a timeout, a lost lease, a service refusing the attempt's fence, a
-shutdown) retries with the job's own
-backoff (the settings' when the job has none), or is ``dead`` when permanent or on the last
-attempt. A shutdown retries at once: the worker cut the attempt short, not the job.
+shutdown) retries with the job's own backoff (the settings' when the job has none), or after
+the delay the handler asked for (``leasework.Retry(after=...)``), or is ``dead`` when
+permanent or on the last attempt. A shutdown retries at once: the worker cut the attempt
+short, not the job.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def outcome_of(
         defaults,
         permanent=permanent,
         immediate=cancelled_by == CancelReason.SHUTDOWN,
+        after=handled.retry_after
+        if handled is not None and handled.retry_after is not None
+        else None,
     )
 
 

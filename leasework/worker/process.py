@@ -66,6 +66,8 @@ from leasework.worker.completer import Completer, UnsafeCompleter, record
 from leasework.worker.consumer import Consumed, consume, unexpected
 from leasework.worker.feed import Feed
 from leasework.worker.heartbeat import CancelReason, Heartbeat, Presence, presence_loop
+from leasework.worker.lanes import LaneConfig, Lanes
+from leasework.worker.loop_guard import OVERRUN_GRACE, LoopGuard
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 from leasework.worker.topic_watch import TopicWatch
@@ -117,12 +119,14 @@ class Worker:
             retry_cap=settings.retry_cap,
             rates=RateLimits(self.leases.client, self.leases.limiter),
         )
+        self.lanes = Lanes(app, LaneConfig.from_settings(settings))
         self.executor = Executor(
             app,
             worker=self.name,
             ttl=settings.lease_ttl,
             defaults=RetryDefaults(settings.retry_base, settings.retry_cap),
             bounded_by_lease=not self.unsafe,
+            lanes=self.lanes,
         )
         self.heartbeat = Heartbeat(
             db,
@@ -130,6 +134,20 @@ class Worker:
             lambda: list(self.executor.running.values()),
             ttl=settings.lease_ttl,
             notices_loss=not self.unsafe,
+        )
+        # the leases' keeper while the loop is blocked (not in the plain-TTL demonstration,
+        # whose heartbeat does not notice a lost lease either)
+        self.guard = (
+            None
+            if self.unsafe
+            else LoopGuard(
+                db,
+                self.leases,
+                lambda: list(self.executor.running.values()),
+                ttl=settings.lease_ttl,
+                loop_bound=self.executor.loop_bound,
+                overdue_threads=lambda now: self.lanes.overdue_threads(now, OVERRUN_GRACE),
+            )
         )
         self.queues = served_queues(settings, app)
         # each queue's own slots: a queue runs up to worker_concurrency jobs, and a flooded
@@ -189,6 +207,26 @@ class Worker:
         return await trio.to_thread.run_sync(missing)
 
     async def run(self, stopping: Stopping) -> None:
+        """Open the lanes the app's handlers run in (:mod:`leasework.worker.lanes`), start the
+        loop guard (:mod:`leasework.worker.loop_guard`), then :meth:`consume_until`
+        ``stopping``; the guard stops and the lanes close last."""
+        async with self.lanes.open():
+            if self.guard is None:
+                await self.consume_until(stopping)
+                return
+            trio.lowlevel.add_instrument(self.guard)
+            thread = self.guard.start()
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.guard.beat)
+                    await self.consume_until(stopping)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.guard.stop()
+                trio.lowlevel.remove_instrument(self.guard)
+                await trio.to_thread.run_sync(thread.join)
+
+    async def consume_until(self, stopping: Stopping) -> None:
         """Subscribe to each priority band of each served queue (a consumer of its own, in
         the band's group), run a pipeline per band and the shared background loops until
         ``stopping`` and the drain, commit each band's finished prefix, close the

@@ -132,8 +132,9 @@ def test_invalid_policy_is_refused_at_declaration(kwargs, message):
 
 def test_invalid_declarations_are_refused():
     other = leasework.App()
-    with pytest.raises(AppError, match="must be an async function"):
-        other.job("sync")(lambda ctx: None)
+    with pytest.raises(AppError, match="must be a function"):
+        other.job("not_a_function")(5)  # type: ignore[arg-type]
+    assert other.job("plain")(lambda ctx: None).lane == "thread"  # a plain def is welcome
     with pytest.raises(AppError, match="invalid"):
 
         @other.job("has space")

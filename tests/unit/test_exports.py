@@ -19,6 +19,7 @@ PUBLIC = {
     "JobType",
     "LeaseworkError",
     "Permanent",
+    "Retry",
     "StaleFence",
     "Status",
     "Unique",

@@ -385,10 +385,14 @@ def test_a_zero_receipt_weight_leaves_a_plan_unchanged():
             rng.uniform(0.0, workload.delay_seconds)
     assert [p.kind for p in plan] == older
     assert not any(p.via_shop for p in plan)
-    mixed = dataclasses.replace(
-        workload, mix=Mix(noop=1, delayed=1, fail=1, ledger=1, receipt=1, keyed=1, rated=1)
+    mixed = dataclasses.replace(workload, mix=Mix(**dict.fromkeys(MIX_KINDS, 1.0)))
+    planned = list(plan_submits(mixed, seed=9, key_prefix="k"))
+    assert {p.kind for p in planned} == set(MIX_KINDS)
+    # a lane's ledger submits the demo type of its own name, with ledger's payload
+    lanes = {p.job_type: p.payload for p in planned if p.kind.startswith("ledger_")}
+    assert lanes == dict.fromkeys(
+        ("ledger_thread", "ledger_asyncio", "ledger_process"), {"seconds": 0.0}
     )
-    assert {p.kind for p in plan_submits(mixed, seed=9, key_prefix="k")} == set(MIX_KINDS)
 
 
 def test_a_scenario_with_receipts_uses_the_shop(tmp_path):

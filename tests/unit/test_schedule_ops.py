@@ -99,8 +99,9 @@ def test_every_bad_field_is_named_with_what_to_write():
     }
     assert "letters, digits" in errors["name"]
     assert (
-        "this app defines: echo, fail, keyed, ledger, noop, notify, rated, sleep"
-        in (errors["type"])
+        "this app defines: block_asyncio, block_process, block_thread, block_trio, echo, "
+        "fail, keyed, ledger, ledger_asyncio, ledger_process, ledger_thread, noop, notify, "
+        "rated, sleep" in (errors["type"])
     )
     assert "five fields" in errors["cron"] and "'*/5 * * * *'" in errors["cron"]
     assert "IANA name such as 'UTC'" in errors["timezone"]
