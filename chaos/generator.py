@@ -18,7 +18,7 @@ from typing import Any
 from chaos import nemeses
 from chaos.history import submit_value
 from chaos.nemeses.base import PROCESSES, PROXIES
-from chaos.scenario import SHOP_KINDS, FaultSpec, RandomFaults, WorkloadSpec
+from chaos.scenario import LANE_LEDGERS, SHOP_KINDS, FaultSpec, RandomFaults, WorkloadSpec
 
 # the shop's policy for send_receipt (examples/shop/jobs.py); its endpoint takes no options
 RECEIPT_JOB_TYPE = "send_receipt"
@@ -139,8 +139,8 @@ def plan_submits(workload: WorkloadSpec, *, seed: int, key_prefix: str) -> Itera
         elif kind == "fail":
             job_type, payload = "fail", {"times": workload.fail_times}
             max_attempts, may_die = workload.fail_max_attempts, workload.fail_may_die
-        elif kind == "ledger":
-            job_type, payload = "ledger", {"seconds": workload.ledger_seconds}
+        elif kind == "ledger" or kind in LANE_LEDGERS:
+            job_type, payload = kind, {"seconds": workload.ledger_seconds}
         elif kind == "keyed":
             key = f"{key_prefix}-k{rng.randrange(workload.keys)}"
             job_type, payload = "keyed", {"key": key, "seconds": workload.ledger_seconds}

@@ -50,6 +50,9 @@ EFFECT_KINDS: dict[str, str] = {
     "send_receipt": "receipt",
     "keyed": "keyed",
     "rated": "rated",
+    "ledger_thread": "ledger",
+    "ledger_asyncio": "ledger",
+    "ledger_process": "ledger",
 }
 ATTEMPT_COLUMNS = ("job_id", "attempt", "fence", "worker", "started_at", "outcome")
 

@@ -29,7 +29,21 @@ RELAY_NAMES: tuple[str, ...] = (STACK_RELAY, *EXTRA_RELAYS)
 SCHEDULE_TYPES: tuple[str, ...] = ("ledger", "noop")
 
 # new kinds go last: with a zero weight they leave the draws of an existing mix unchanged
-MIX_KINDS: tuple[str, ...] = ("noop", "delayed", "fail", "ledger", "receipt", "keyed", "rated")
+MIX_KINDS: tuple[str, ...] = (
+    "noop",
+    "delayed",
+    "fail",
+    "ledger",
+    "receipt",
+    "keyed",
+    "rated",
+    "ledger_thread",
+    "ledger_asyncio",
+    "ledger_process",
+)
+# the kinds that are ``ledger`` in another lane (leasework.lanes): the demo app's type of the
+# same name, one fenced effect of kind ledger
+LANE_LEDGERS: tuple[str, ...] = ("ledger_thread", "ledger_asyncio", "ledger_process")
 # kinds submitted through the example shop (examples/shop/web.py: the order and its
 # send_receipt job in one transaction) instead of leasework's POST /jobs
 SHOP_KINDS: frozenset[str] = frozenset({"receipt"})
@@ -75,6 +89,9 @@ class Mix:
     receipt: float = 0.0
     keyed: float = 0.0  # the demo's keyed type: at most 2 run at once per key (one effect)
     rated: float = 0.0  # the demo's rated type: at most 5 start per second per key (one effect)
+    ledger_thread: float = 0.0  # ledger as a plain function in the thread lane
+    ledger_asyncio: float = 0.0  # ledger on the asyncio lane's loop
+    ledger_process: float = 0.0  # ledger in a child process (CPU work for ledger_seconds)
 
     def weights(self) -> list[tuple[str, float]]:
         return [(kind, getattr(self, kind)) for kind in MIX_KINDS]
