@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
 import logging
 import pickle
 import resource
@@ -126,15 +127,39 @@ class ChildReturn:
         return self.value
 
 
+@dataclass(frozen=True)
+class HandlerRef:
+    """A process-lane handler by name: ``@app.job`` rebinds the function's name in its module
+    to the :class:`JobType` it made, so pickle cannot send the function itself by reference;
+    the child imports the module and takes the handler back from the name (a job type's, or
+    the function's)."""
+
+    module: str
+    qualname: str
+
+    @classmethod
+    def of(cls, handler: Callable[..., Any]) -> HandlerRef:
+        return cls(handler.__module__, handler.__qualname__)
+
+    def resolve(self) -> Callable[..., Any]:
+        found: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            found = getattr(found, part)
+        handler = getattr(found, "handler", found)  # a JobType's handler, or the function
+        if not callable(handler):
+            raise TypeError(f"{self.module}:{self.qualname} is not a handler")
+        return handler
+
+
 def run_in_child(
-    handler: Callable[..., Any],
+    ref: HandlerRef,
     args: tuple[Any, ...],
     permanent: tuple[type[BaseException], ...],
 ) -> ChildReturn:
     """In the child: call the handler, and send back what came of it as plain data."""
     ctx: JobContext = args[0]
     try:
-        value = handler(*args)
+        value = ref.resolve()(*args)
     except StaleFence as exc:
         return ChildReturn(failure=ChildFailure(_describe(exc), stale=True))
     except Retry as asked:
@@ -385,7 +410,11 @@ class Lanes:
         assert self._processes is not None, "the process lane is not open"
         try:
             returned: ChildReturn = await self._processes.run_sync(
-                run_in_child, job_type.handler, args, job_type.permanent, kill_on_cancel=True
+                run_in_child,
+                HandlerRef.of(job_type.handler),
+                args,
+                job_type.permanent,
+                kill_on_cancel=True,
             )
         except trio.Cancelled:
             ctx.cancel()
@@ -441,8 +470,8 @@ async def run_here(job_type: JobType, ctx: JobContext, args: tuple[Any, ...]) ->
         return await trio.to_thread.run_sync(functools.partial(job_type.handler, *args))
     if lane is Lane.ASYNCIO:
         return await trio.to_thread.run_sync(asyncio.run, job_type.handler(*args))
-    handler, sent, permanent = pickle.loads(
-        pickle.dumps((job_type.handler, args, job_type.permanent))
+    ref, sent, permanent = pickle.loads(
+        pickle.dumps((HandlerRef.of(job_type.handler), args, job_type.permanent))
     )
-    returned = await trio.to_thread.run_sync(run_in_child, handler, sent, permanent)
+    returned = await trio.to_thread.run_sync(run_in_child, ref, sent, permanent)
     return pickle.loads(pickle.dumps(returned)).unpack(ctx)

@@ -3,8 +3,9 @@
 The demo app's ``ledger`` in each lane runs once with one fenced effect, where its lane says;
 the asyncio lane waits without a thread per job. Then the matrix of issue 55: a handler that
 misbehaves for longer than the lease's TTL (``time.sleep``, a pure-Python loop, one C call
-holding the GIL) in each lane, beside 20 well-behaved jobs on the worker's loop; the
-neighbours must keep their leases and their first attempt, and the handler, longer than the
+holding the GIL) in each lane, started while 20 well-behaved jobs of 8 s run on both
+workers' loops; the neighbours must keep their leases and their first attempt, and the
+handler, longer than the
 TTL, must finish on its first (the worker's loop guard keeps the leases while a trio-lane
 handler blocks the loop: leasework/worker/loop_guard.py, whose mechanism
 tests/unit/test_loop_guard.py shows in CI on a real loop). One cell runs in CI (a child
@@ -75,9 +76,11 @@ def cells():
 
 @pytest.mark.parametrize(("lane", "how"), list(cells()))
 def test_a_misbehaving_handler_costs_no_neighbour_its_lease_or_attempt(client, db, lane, how):
+    # the neighbours first, on both workers' own loops, each running for most of a TTL; then
+    # the handler that misbehaves beside some of them for longer than a TTL
+    neighbours = [client.submit("ledger", {"seconds": TTL * 0.8})["id"] for _ in range(NEIGHBOURS)]
+    time.sleep(1.0)
     blocker = client.submit(f"block_{lane}", {"how": how, "seconds": TTL * 1.3})
-    time.sleep(1.0)  # it has started; now its neighbours, on the worker's own loop
-    neighbours = [client.submit("ledger", {"seconds": 0.5})["id"] for _ in range(NEIGHBOURS)]
     for job_id in neighbours:
         done = wait_status(client, job_id, {"succeeded"}, timeout=90)
         assert done["attempt"] == 1, f"a neighbour of {lane}/{how} lost its first attempt"

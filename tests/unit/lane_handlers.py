@@ -61,3 +61,13 @@ def my_pid(ctx: leasework.JobContext) -> int:
 
 def retries_in_a_minute(ctx: leasework.JobContext) -> None:
     raise leasework.Retry(after=60, reason="the bank is closed")
+
+
+app = leasework.App("lane-handlers")
+
+
+@app.job("decorated", runs_in="process")
+def decorated(ctx: leasework.JobContext, payload: dict) -> int:
+    """Declared with the decorator: this module's ``decorated`` is the JobType, not the
+    function, so a child finds the handler through the type."""
+    return os.getpid()

@@ -243,3 +243,15 @@ async def test_a_handler_asks_for_its_own_retry_in_every_lane(runs_in):
     with pytest.raises(ValueError, match="0 to 2.592e"):
         leasework.Retry(after=-1)
     assert leasework.Retry(after=timedelta(minutes=2)).after == 120.0
+
+
+@pytest.mark.parametrize("runner", ["lanes", "here"])
+async def test_a_handler_declared_with_the_decorator_runs_in_a_child(runner):
+    job_type = h.app.get("decorated")
+    assert isinstance(h.decorated, leasework.JobType)  # the module's name is the type now
+    lanes = Lanes(h.app, LaneConfig(process=1))
+    run = lanes.run if runner == "lanes" else run_here
+    async with lanes.open():
+        ctx = context()
+        pid = await run(job_type, ctx, (ctx, {}))
+    assert (pid != os.getpid()) is (runner == "lanes")
