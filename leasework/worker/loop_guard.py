@@ -50,6 +50,7 @@ CHECK = 0.25  # seconds between two looks of the guard thread
 SILENCE_WITHOUT_JOB = 60.0  # seconds a silent loop with no handler on it may hold its leases
 OVERRUN_GRACE = 30.0  # seconds a thread-lane handler may run past its own timeout
 EXIT_STATUS = 70  # EX_SOFTWARE: the worker ended itself
+THAWED = 5.0  # seconds the guard's own sleep may overrun before it counts as a process freeze
 
 
 @dataclass(frozen=True)
@@ -135,11 +136,19 @@ class LoopGuard(trio.abc.Instrument):
         self._stop.set()
 
     def watch(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(CHECK):
-            self.look(time.monotonic())
+            now = time.monotonic()
+            self.look(now, slept=now - last)
+            last = now
 
-    def look(self, now: float) -> None:
-        """One look: end the worker past a bound; renew the leases while the loop is silent."""
+    def look(self, now: float, slept: float = CHECK) -> None:
+        """One look: end the worker past a bound; renew the leases while the loop is silent.
+        ``slept``: how long this thread slept since its last look; far past its period, the
+        whole process was frozen (SIGSTOP, a paused VM), not its loop blocked, so the loop
+        gets a fresh pulse."""
+        if slept > THAWED:
+            self.pulse = max(self.pulse, now)
         if (overrun := self.overrun(now)) is not None:
             self.end(overrun)
             return

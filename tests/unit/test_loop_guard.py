@@ -125,6 +125,9 @@ def test_the_guard_ends_the_worker_past_the_loops_bound_or_a_threads():
     guard.look(now)
     assert ended == []  # silent 4 s, the longest timeout on the loop is 5 s
     guard.pulse = now - 6.0
+    guard.look(now, slept=6.0)
+    assert ended == []  # the guard slept as long: the process was frozen, not its loop
+    guard.pulse = now - 6.0
     guard.look(now)
     assert ended == [EXIT_STATUS]
 
