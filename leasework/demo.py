@@ -168,7 +168,7 @@ def ledger_process(ctx: JobContext, payload: Ledger) -> None:
 
 
 class Block(BaseModel):
-    how: Literal["sleep", "spin", "gil"]
+    how: Literal["sleep", "spin", "gil"] = "sleep"
     seconds: float = Field(1.0, ge=0, le=600)
 
 
