@@ -16,6 +16,7 @@ from leasework.api.problems import Problem
 from leasework.app import App
 from leasework.db import Database
 from leasework.errors import FieldError
+from leasework.jsonlimits import whole_numbers
 from leasework.queue_ops import queues_list, set_concurrency, set_paused
 from leasework.queues import DEFAULT, name_error
 from leasework.submission import JobRequest
@@ -109,7 +110,7 @@ def concurrency_body(body: Any) -> int | None:
     whole number of at least 1, or null for none."""
     if not isinstance(body, dict) or set(body) != {"concurrency"}:
         raise invalid([FieldError("concurrency", 'send exactly {"concurrency": n or null}')])
-    value = body["concurrency"]
+    value = whole_numbers(body["concurrency"])  # JSON Schema calls 5.0 an integer
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise invalid([FieldError("concurrency", "a whole number of at least 1, or null")])
     return value
