@@ -167,6 +167,21 @@ def ledger_process(ctx: JobContext, payload: Ledger) -> None:
     ctx.fenced(effect_insert, ctx, "ledger", _ledger_data(ctx, "process"))
 
 
+@app.job("noop_thread")
+def noop_thread(ctx: JobContext) -> None:
+    """``noop`` in the thread lane (the bench's lanes row compares the lanes' overheads)."""
+
+
+@app.job("noop_asyncio", runs_in="asyncio")
+async def noop_asyncio(ctx: JobContext) -> None:
+    """``noop`` on the asyncio lane's loop."""
+
+
+@app.job("noop_process", runs_in="process")
+def noop_process(ctx: JobContext) -> None:
+    """``noop`` in a child process."""
+
+
 class Block(BaseModel):
     how: Literal["sleep", "spin", "gil"] = "sleep"
     seconds: float = Field(1.0, ge=0, le=600)

@@ -29,6 +29,8 @@ class Health:
     # failed start-up checks an override let this process start past ({"check", "found"}):
     # it is ready, but runs against an unsafe setup (leasework.preflight)
     overridden: list[dict[str, str]] = field(default_factory=list)
+    # who blocked the event loop, for the loop-lag warning (a worker's loop guard says)
+    blame: Callable[[], str | None] | None = None
 
     def add(self, name: str, probe: Probe) -> None:
         self.probes[name] = probe
@@ -103,16 +105,25 @@ class Health:
 BLOCKED_LOOP = 0.5
 
 
-async def measure_event_loop_lag(period: float = 0.1, warn_after: float = BLOCKED_LOOP) -> None:
+async def measure_event_loop_lag(
+    period: float = 0.1,
+    warn_after: float = BLOCKED_LOOP,
+    blame: Callable[[], str | None] | None = None,
+) -> None:
     """Observe how late a short sleep wakes: a blocked event loop shows up here, and a lag
-    over ``warn_after`` seconds is logged as a warning as well."""
+    over ``warn_after`` seconds is logged as a warning as well, naming what ``blame()`` says
+    blocked it (a worker's loop guard names the job type)."""
     while True:
         before = trio.current_time()
         await trio.sleep(period)
         lag = max(0.0, trio.current_time() - before - period)
         metrics.event_loop_lag.observe(lag)
         if lag > warn_after:
+            culprit = blame() if blame is not None else None
+            message = "event loop blocked: a task ran without yielding"
+            if culprit is not None:
+                message += f" (job type {culprit})"
             log.warning(
-                "event loop blocked: a task ran without yielding",
-                extra={"blocked_seconds": round(lag, 3)},
+                message,
+                extra={"blocked_seconds": round(lag, 3), "job_type": culprit},
             )

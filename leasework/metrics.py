@@ -244,6 +244,12 @@ lane_waiting = Gauge(
     "Started jobs waiting for room in their lane (its capacity is full), by lane",
     ["lane"],
 )
+lane_held_back = Gauge(
+    "leasework_lane_held_back",
+    "Messages waiting unclaimed, their queue slots given back, for room in their lane "
+    "(leasework/worker/lane_gate.py), by lane",
+    ["lane"],
+)
 lane_seconds = Histogram(
     "leasework_lane_seconds",
     "How long a handler ran in its lane (thread, asyncio, process)",

@@ -186,6 +186,7 @@ async def run_worker(settings: Settings, app: App) -> None:
     health.add("kafka", kafka_probe(settings, [settings.topic_ready]))
     await db.open()
     worker = Worker(settings, db, app)
+    health.blame = worker.blocked_by
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:
@@ -216,6 +217,7 @@ async def run_dev(settings: Settings, app: App) -> None:
     web = ApiParts(settings, db, health, app)
     await db.open()
     worker = Worker(settings, db, app)
+    health.blame = worker.blocked_by
 
     async def body(stopping: Stopping) -> None:
         async with trio.open_nursery() as nursery:

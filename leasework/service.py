@@ -9,6 +9,7 @@ cancelled.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import signal
@@ -177,7 +178,7 @@ async def run_service(
         nursery.start_soon(watch_signals)
         if preflight is not None and preflight.pending:
             nursery.start_soon(preflight.run_deferred, drain)
-        nursery.start_soon(measure_event_loop_lag)
+        nursery.start_soon(functools.partial(measure_event_loop_lag, blame=health.blame))
         await nursery.start(health.run)
         serving: list[trio.Event] = []
         limits = server_limits(graceful=settings.shutdown_timeout)

@@ -42,11 +42,13 @@ from leasework.app import App
 from leasework.db import Database
 from leasework.job import Job
 from leasework.lease import Claim, Leases
+from leasework.priorities import HIGHEST
 from leasework.ratelimit import RateLimits
 from leasework.rates import Rate, limit_key
 from leasework.service import Stopping
 from leasework.states import Status
 from leasework.worker.consumer import Consumed, unexpected
+from leasework.worker.lane_gate import LaneGate, Waiter
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 
@@ -71,6 +73,8 @@ RATE_LATE = 0.1
 # is acted on only by an idle queue, and every worker hears all of them, so a few hundred
 # cover the seconds between a wake-up and its job's message
 ANNOUNCED_KEPT = 1024
+# seconds the messages their lanes let in are gathered before they are claimed together
+LET_IN_GATHER = 0.002
 
 
 class Skip(StrEnum):
@@ -419,6 +423,11 @@ class Batch:
     skipped: list[tuple[Consumed, SkipReason]]
 
 
+async def cancel_on_stop(stopping: Stopping, scope: trio.CancelScope) -> None:
+    await stopping.wait()
+    scope.cancel()
+
+
 def split(messages: list[Consumed]) -> Batch:
     """The first message of each job claims it; an undecodable one, or a later one for a job
     already in the batch (run it once), is skipped."""
@@ -446,12 +455,18 @@ class ClaimStage:
     started: trio.MemorySendChannel[tuple[Consumed | None, Started]]
     _: KW_ONLY
     ttl: float
+    # the lanes' admissions (None: every message is claimed as it comes), and the priority
+    # band this stage's messages came from (a message let in by its lane takes a slot again)
+    gate: LaneGate | None = None
+    band: int = HIGHEST
     _claims: trio.Nursery | None = field(default=None, init=False)
     # when this queue last claimed anything (a batch or a woken job), trio time
     _last_claim: float = field(default=-math.inf, init=False)
     # the jobs wake-ups announced lately, oldest first: a worker (this one or another) may
     # have claimed them already, so their messages are claimed with the row read first
     _announced: dict[uuid.UUID, None] = field(default_factory=dict, init=False)
+    # messages their lanes let in, with a slot again, gathered to be claimed as one batch
+    _let_in: list[Consumed] = field(default_factory=list, init=False)
 
     async def run(self, batches: trio.MemoryReceiveChannel[list[Consumed]]) -> None:
         """Claim each batch in a task of its own (several batches may be claimed at once),
@@ -506,7 +521,64 @@ class ClaimStage:
     def settle(self, message: Consumed) -> None:
         """Nothing to do for the message: mark it finished and give back its slot."""
         self.offsets.finish(message.partition, message.offset, message.generation)
+        self.give_back(message)
+
+    def give_back(self, message: Consumed) -> None:
+        """The message's slot, and its lane's admission if it holds one."""
         self.slots.release()
+        if self.gate is not None:
+            self.gate.leave(message)
+
+    def hold_back(self, first: dict[uuid.UUID, Consumed], nursery: trio.Nursery) -> None:
+        """Take out of ``first`` the messages whose lanes are full (:mod:`.lane_gate`): each
+        waits for its lane in a task of its own, its slot given back meanwhile (kept while
+        the lane's waiting room is full)."""
+        if self.gate is None:
+            return
+        for job_id, message in list(first.items()):
+            lane = self.gate.lane(message.job_type)
+            if lane is None or self.gate.holds(message) or self.gate.try_enter(message, lane):
+                continue  # (a message let in by its lane holds its admission already)
+            del first[job_id]
+            keeps_slot = not self.gate.room_to_wait(lane)
+            if not keeps_slot:
+                self.slots.release()
+            waiter = self.gate.line_up(message, lane)
+            nursery.start_soon(self.wait_for_lane, waiter, keeps_slot, nursery)
+
+    async def wait_for_lane(self, waiter: Waiter, keeps_slot: bool, nursery: trio.Nursery) -> None:
+        """Until its lane admits the message and its queue has a slot for it again, then
+        claim it with the others let in meanwhile (:meth:`claim_let_in`); at the worker's
+        stop, leave it unfinished (it is redelivered) and give back what it holds."""
+        assert self.gate is not None
+        message = waiter.message
+        assert isinstance(message, Consumed)
+        admitted = False
+        async with trio.open_nursery() as waiting:
+            waiting.start_soon(cancel_on_stop, self.stopping, waiting.cancel_scope)
+            await self.gate.wait(waiter)
+            admitted = True
+            if not keeps_slot:
+                await self.slots.take(1, self.band)
+                keeps_slot = True
+            waiting.cancel_scope.cancel()
+        if admitted and keeps_slot:
+            self._let_in.append(message)
+            if len(self._let_in) == 1:
+                nursery.start_soon(self.claim_let_in, nursery)
+            return
+        if keeps_slot:
+            self.slots.release()
+        if admitted:
+            self.gate.leave(message)
+
+    async def claim_let_in(self, nursery: trio.Nursery) -> None:
+        """Claim the messages their lanes let in as one batch: jobs end in batches (the
+        completer's), so their lanes' rooms free in bursts; gathered for
+        :data:`LET_IN_GATHER` s, a burst is claimed in three round trips, not one by one."""
+        await trio.sleep(LET_IN_GATHER)
+        batch, self._let_in = self._let_in, []
+        await self.claim_batch(batch, nursery)
 
     async def claim_batch(self, messages: list[Consumed], nursery: trio.Nursery) -> None:
         self._last_claim = trio.current_time()
@@ -517,6 +589,7 @@ class ClaimStage:
                 log.error("undecodable message skipped", extra={"offset": message.offset})
             metrics.redeliveries_skipped.labels(reason).inc()
             self.settle(message)
+        self.hold_back(batch.first, nursery)
         if not batch.first:
             return
         types = {
@@ -573,7 +646,7 @@ class ClaimStage:
             unexpected(message)
         finally:
             if not handed_on:
-                self.slots.release()
+                self.give_back(message)
 
     async def claim_alone(self, message: Consumed, *, slot: float | None = None) -> Started | None:
         """Claim the message's job again and again until decided (None: skipped): wait while

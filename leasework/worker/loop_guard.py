@@ -24,22 +24,32 @@ timeout). Past either, the thread stops renewing, logs what it saw and ends the 
 status 70, as a frozen worker ends: its leases expire after the TTL and the reaper retries the
 jobs. A C call that holds the GIL stops this thread too: only the process lane is safe from
 it.
+
+Blame: once the loop has been silent :data:`BLAME_AFTER` seconds, the thread looks at the
+loop thread's stack (``sys._current_frames``) for a trio-lane handler's frame, and the
+loop-lag warning (:func:`leasework.health.measure_event_loop_lag`) names its job type
+(:meth:`LoopGuard.blocked_by`); a block too short to be seen names the trio-lane types that
+were running instead.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import CodeType
 
 import trio
 
 from leasework import metrics, store
+from leasework.app import App
 from leasework.db import Database
+from leasework.lanes import Lane
 from leasework.lease import Leases
 from leasework.worker.heartbeat import CancelReason, RunningJob, lease_deadline
 
@@ -51,6 +61,7 @@ SILENCE_WITHOUT_JOB = 60.0  # seconds a silent loop with no handler on it may ho
 OVERRUN_GRACE = 30.0  # seconds a thread-lane handler may run past its own timeout
 EXIT_STATUS = 70  # EX_SOFTWARE: the worker ended itself
 THAWED = 5.0  # seconds the guard's own sleep may overrun before it counts as a process freeze
+BLAME_AFTER = 0.5  # seconds of silence after which the loop thread's stack is looked at
 
 
 @dataclass(frozen=True)
@@ -81,11 +92,13 @@ class LoopGuard(trio.abc.Instrument):
         loop_bound: Callable[[], float | None],
         overdue_threads: Callable[[float], list[str]],
         end_process: Callable[[int], None] = os._exit,
+        handlers: Mapping[CodeType, str] | None = None,
     ) -> None:
         """``running()`` lists the handlers to renew (any thread may call it);
         ``loop_bound()`` is the longest timeout of the handlers running on the loop (None:
         none runs there); ``overdue_threads(now)`` names the thread-lane handlers running
-        past their timeout plus :data:`OVERRUN_GRACE`."""
+        past their timeout plus :data:`OVERRUN_GRACE`; ``handlers`` maps the trio-lane
+        handlers' code objects to their job types (whom to blame for a blocked loop)."""
         self.db = db
         self.leases = leases
         self.running = running
@@ -97,6 +110,10 @@ class LoopGuard(trio.abc.Instrument):
         self.mailbox: deque[Verdict] = deque()
         self.renewed_at = 0.0  # monotonic: the guard's last renewal
         self._stop = threading.Event()
+        self.handlers = dict(handlers or {})
+        self.loop_thread: int | None = None
+        self.blamed: str | None = None  # the job type seen blocking the loop, until read
+        self._blamed_pulse = 0.0  # the silence (its last pulse) already looked at
 
     # ------------------------------------------------------------ the loop's side
 
@@ -126,7 +143,18 @@ class LoopGuard(trio.abc.Instrument):
 
     # ------------------------------------------------------------ the thread's side
 
+    def blocked_by(self) -> str | None:
+        """Whom the loop-lag warning blames (call it on the loop, after a lag): the job type
+        seen blocking the loop, or the trio-lane types running."""
+        blamed, self.blamed = self.blamed, None
+        if blamed is not None:
+            return blamed
+        candidates = on_the_loop(self.running())
+        return f"one of {', '.join(candidates)}" if candidates else None
+
     def start(self) -> threading.Thread:
+        """Start the thread (from the loop's thread, whose stack a blame looks at)."""
+        self.loop_thread = threading.get_ident()
         self.pulse = time.monotonic()
         thread = threading.Thread(target=self.watch, name="leasework-loop-guard", daemon=True)
         thread.start()
@@ -153,8 +181,22 @@ class LoopGuard(trio.abc.Instrument):
             self.end(overrun)
             return
         silent = now - self.pulse
+        if silent >= BLAME_AFTER and self._blamed_pulse != self.pulse:
+            self._blamed_pulse = self.pulse
+            self.blamed = self.blame() or self.blamed
         if silent >= self.ttl / 3 and now - self.renewed_at >= self.ttl / 3:
             self.renew(now, silent)
+
+    def blame(self) -> str | None:
+        """The job type of the innermost trio-lane handler on the loop thread's stack."""
+        if self.loop_thread is None or not self.handlers:
+            return None
+        frame = sys._current_frames().get(self.loop_thread)
+        while frame is not None:
+            if (job_type := self.handlers.get(frame.f_code)) is not None:
+                return job_type
+            frame = frame.f_back
+        return None
 
     def overrun(self, now: float) -> Overrun | None:
         silent = now - self.pulse
@@ -236,3 +278,12 @@ def on_the_loop(jobs: list[RunningJob]) -> list[str]:
     """The job types of the handlers running on the worker's own loop: the one that blocks
     it is among them."""
     return sorted({job.type for job in jobs if job.lane == "trio" and not job.completing})
+
+
+def trio_handlers(app: App) -> dict[CodeType, str]:
+    """The code objects of ``app``'s trio-lane handlers, to their job types."""
+    return {
+        job_type.handler.__code__: job_type.name
+        for job_type in app
+        if job_type.lane is Lane.TRIO and hasattr(job_type.handler, "__code__")
+    }

@@ -66,8 +66,9 @@ from leasework.worker.completer import Completer, UnsafeCompleter, record
 from leasework.worker.consumer import Consumed, consume, unexpected
 from leasework.worker.feed import Feed
 from leasework.worker.heartbeat import CancelReason, Heartbeat, Presence, presence_loop
+from leasework.worker.lane_gate import LaneGate
 from leasework.worker.lanes import LaneConfig, Lanes
-from leasework.worker.loop_guard import OVERRUN_GRACE, LoopGuard
+from leasework.worker.loop_guard import OVERRUN_GRACE, LoopGuard, trio_handlers
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
 from leasework.worker.topic_watch import TopicWatch
@@ -119,7 +120,10 @@ class Worker:
             retry_cap=settings.retry_cap,
             rates=RateLimits(self.leases.client, self.leases.limiter),
         )
-        self.lanes = Lanes(app, LaneConfig.from_settings(settings))
+        lanes = LaneConfig.from_settings(settings)
+        self.lanes = Lanes(app, lanes)
+        # how the lanes' capacities and the queues' slots compose (leasework/worker/lane_gate.py)
+        self.gate = LaneGate.of_app(app, lanes.capacity, settings.worker_concurrency)
         self.executor = Executor(
             app,
             worker=self.name,
@@ -147,6 +151,7 @@ class Worker:
                 ttl=settings.lease_ttl,
                 loop_bound=self.executor.loop_bound,
                 overdue_threads=lambda now: self.lanes.overdue_threads(now, OVERRUN_GRACE),
+                handlers=trio_handlers(app),
             )
         )
         self.queues = served_queues(settings, app)
@@ -314,7 +319,14 @@ class Worker:
             math.inf
         )
         claim = ClaimStage(
-            self.claimer, offsets, slots, stopping, started_in, ttl=self.settings.lease_ttl
+            self.claimer,
+            offsets,
+            slots,
+            stopping,
+            started_in,
+            ttl=self.settings.lease_ttl,
+            gate=self.gate,
+            band=feed.band,
         )
         if feed.band == HIGHEST:
             self.claim_stages[queue] = claim  # the one a wake-up of the queue's claims in
@@ -356,6 +368,11 @@ class Worker:
                 slots.give_back_lent()
             else:
                 slots.release()
+                self.gate.leave(message)
+
+    def blocked_by(self) -> str | None:
+        """The job type that blocked the loop, for the loop-lag warning (the guard's)."""
+        return None if self.guard is None else self.guard.blocked_by()
 
     def quiet(self) -> bool:
         """Whether some queue of this worker, not paused, has nothing in flight."""

@@ -5,14 +5,23 @@ the loop runs, and the bounds end the worker."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 import uuid
 
 import trio
 
+from leasework.app import App
+from leasework.health import measure_event_loop_lag
 from leasework.lease import Claim
 from leasework.worker.heartbeat import CancelReason, RunningJob, lease_deadline
-from leasework.worker.loop_guard import EXIT_STATUS, SILENCE_WITHOUT_JOB, LoopGuard
+from leasework.worker.loop_guard import (
+    EXIT_STATUS,
+    SILENCE_WITHOUT_JOB,
+    LoopGuard,
+    trio_handlers,
+)
 
 TTL = 1.0
 BLOCK = 2.0  # seconds the loop is blocked: twice the TTL
@@ -145,3 +154,45 @@ def test_the_guard_ends_the_worker_past_the_loops_bound_or_a_threads():
     idle.look(now)
     assert ended == [EXIT_STATUS]  # a thread far past its timeout
     assert SILENCE_WITHOUT_JOB == 60.0
+
+
+async def test_the_loop_lag_warning_names_the_job_type_that_blocked_the_loop(caplog):
+    app = App("blame")
+
+    @app.job("resize_image")
+    async def resize_image(ctx, payload) -> None:
+        time.sleep(1.0)  # noqa: ASYNC251 (a trio-lane handler that never yields)
+
+    @app.job("quiet_neighbour")
+    async def quiet_neighbour(ctx, payload) -> None:
+        await trio.lowlevel.checkpoint()
+
+    guard = LoopGuard(
+        Db(),  # type: ignore[arg-type]
+        Leases(),  # type: ignore[arg-type]
+        lambda: [],
+        ttl=10.0,
+        loop_bound=lambda: 30.0,
+        overdue_threads=lambda now: [],
+        handlers=trio_handlers(app),
+    )
+    assert sorted(guard.handlers.values()) == ["quiet_neighbour", "resize_image"]
+    thread = guard.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="leasework.health"):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(guard.beat)
+                nursery.start_soon(
+                    functools.partial(measure_event_loop_lag, blame=guard.blocked_by)
+                )
+                await trio.sleep(0.3)
+                await app.get("resize_image").handler(None, {})
+                await trio.sleep(0.3)
+                nursery.cancel_scope.cancel()
+    finally:
+        guard.stop()
+        thread.join()
+    (warning,) = [r for r in caplog.records if "event loop blocked" in r.getMessage()]
+    assert warning.job_type == "resize_image"
+    assert "(job type resize_image)" in warning.getMessage()
+    assert guard.blocked_by() is None  # read once; nothing runs on the loop now

@@ -100,8 +100,8 @@ def test_every_bad_field_is_named_with_what_to_write():
     assert "letters, digits" in errors["name"]
     assert (
         "this app defines: block_asyncio, block_process, block_thread, block_trio, echo, "
-        "fail, keyed, ledger, ledger_asyncio, ledger_process, ledger_thread, noop, notify, "
-        "rated, sleep" in (errors["type"])
+        "fail, keyed, ledger, ledger_asyncio, ledger_process, ledger_thread, noop, noop_asyncio, "
+        "noop_process, noop_thread, notify, rated, sleep" in (errors["type"])
     )
     assert "five fields" in errors["cron"] and "'*/5 * * * *'" in errors["cron"]
     assert "IANA name such as 'UTC'" in errors["timezone"]

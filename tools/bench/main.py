@@ -26,6 +26,9 @@ Rows, in this order (``--rows`` picks some):
 * ``limits`` (on request): concurrency limits per key and per queue and a rate limit under a
   backlog, the running jobs sampled from Postgres and the starts read from effects
   (``tools.bench.limits``; about two minutes).
+* ``lanes`` and ``blocking`` (on request): the same noop and fenced effect in each lane, and
+  paced neighbours beside a handler blocking the worker's loop or the asyncio lane's
+  (``tools.bench.lanes``; about two minutes);
 * ``priorities`` and ``isolation`` (on request): the scheduling delays of paced
   high-priority jobs behind 20,000 low-priority ones, and of a queue's paced jobs while
   another queue holds 20,000 slow ones, beside the same unflooded (``tools.bench.queues``).
@@ -80,6 +83,7 @@ from tools.bench import doors, floor, report
 from tools.bench import pgbench as bench_pgbench
 from tools.bench import proc as procfs
 from tools.bench.audit import audit_row
+from tools.bench.lanes import blocking_row, lanes_row
 from tools.bench.limits import limits_row
 from tools.bench.queues import isolation_row, priorities_row
 from tools.bench.speed import SpeedProbe
@@ -111,6 +115,8 @@ ROWS = (
     "limits",
     "priorities",
     "isolation",
+    "lanes",
+    "blocking",
 )
 DEFAULT_ROWS = (
     "floor,lone,single,single-client,batch,unaudited-batch,enqueue,floor-order,enqueue-one,"
@@ -377,6 +383,19 @@ class Bench:
         self.quiet()
         return result
 
+    def lanes(self, row: str) -> dict[str, Any]:
+        """The lanes row or the blocking row (``tools.bench.lanes``)."""
+        if row == "lanes":
+            return lanes_row(
+                self.db,
+                POSTGRES_DIRECT_DSN,
+                self.run_id,
+                self.wait_done,
+                lambda: procfs.Window(self.roots()),
+                self.quiet,
+            )
+        return blocking_row(self.db, POSTGRES_DIRECT_DSN, self.run_id, self.wait_done, self.quiet)
+
     def lone_row(self) -> dict[str, Any]:
         """One job at a time on an idle pipeline: insert to start and to finish."""
         self.point_apps("direct")
@@ -608,6 +627,11 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
                 bench.point_apps("direct")
                 measure = priorities_row if row == "priorities" else isolation_row
                 result[row] = measure(POSTGRES_DIRECT_DSN, f"{bench.run_id}-{row}")
+                bench.drop_jobs()
+                continue
+            if row in ("lanes", "blocking"):
+                bench.point_apps("direct")
+                result[row] = bench.lanes(row)
                 bench.drop_jobs()
                 continue
             if row == "audit":

@@ -10,6 +10,9 @@ from html import escape
 from typing import Any
 
 from chaos.timeline import nice_step
+from tools.bench.lanes import aggregate as aggregate_lanes
+from tools.bench.lanes import blocking_markdown, lanes_markdown
+from tools.bench.lanes import summary_markdown as lanes_summary_markdown
 
 # process columns, in the order the tables show them
 PROCESSES = (
@@ -418,6 +421,10 @@ def render_markdown(result: Mapping[str, Any], svg_name: str = "throughput.svg")
             "",
         ]
     lines += queues_lines(result)
+    if result.get("lanes"):
+        lines += [*lanes_markdown(result["lanes"]), ""]
+    if result.get("blocking"):
+        lines += [*blocking_markdown(result["blocking"]), ""]
     audit = result.get("audit")
     if audit:
         lines += [
@@ -548,6 +555,7 @@ def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "enqueue_one_vs_floor_order": spread([enqueue_one_vs_peer(res["rows"]) for res in results]),
         "pgbench_tps": spread([(res.get("pgbench") or {}).get("tps") for res in results]),
         "errors": [e for res in results for e in res.get("errors", [])],
+        **aggregate_lanes(list(results)),
     }
 
 
@@ -624,6 +632,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         ]
     if summary["pgbench_tps"].get("median") is not None:
         lines += [f"pgbench: {_spread_cell(summary['pgbench_tps'], 0)} tps.", ""]
+    lines += lanes_summary_markdown(dict(summary))
     return "\n".join(lines)
 
 
