@@ -88,3 +88,37 @@ def test_a_misbehaving_handler_costs_no_neighbour_its_lease_or_attempt(client, d
     done = wait_status(client, blocker["id"], {"succeeded"}, timeout=120)
     assert done["attempt"] == 1, f"{lane}/{how} past the TTL did not finish on its first attempt"
     assert len(effects_of(db, blocker["id"])) == 1
+
+
+# ---------------------------------------------------------------- lanes and slots
+
+FLOOD = 300  # process-lane jobs of FLOOD_SECONDS: about 15 s for the 4 children of 2 workers
+FLOOD_SECONDS = 0.2
+
+
+@pytest.mark.ondemand
+def test_a_flood_for_a_full_lane_does_not_starve_its_queues_other_jobs(client, db):
+    # 300 CPU-lane jobs, then a trio-lane one in the same queue: the flood's jobs beyond
+    # what the process lane admits (its 2 runners plus half of a worker's 64 slots) wait
+    # unclaimed without a slot (leasework/worker/lane_gate.py), so the quick job is claimed
+    # and run at once. Holding their slots, they would keep it behind about 170 of them
+    # (some 8 s at 20 a second); tried without the gate (an admission of 10,000): the quick
+    # job ran only once 69 of the flood were left, and the test failed
+    flood = [
+        client.submit("block_process", {"how": "sleep", "seconds": FLOOD_SECONDS})["id"]
+        for _ in range(FLOOD)
+    ]
+    time.sleep(1.0)  # the flood's messages are read and its first jobs run
+    submitted = time.monotonic()
+    quick = client.submit("ledger", {})
+    wait_status(client, quick["id"], {"succeeded"}, timeout=60)
+    waited = time.monotonic() - submitted
+    left = db.execute(
+        "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s::uuid[]) AND status <> 'succeeded'",
+        (flood,),
+    ).fetchone()["n"]
+    assert waited < 3.0, f"the quick job waited {waited:.1f} s behind a full process lane"
+    assert left > 100, f"the flood was nearly done ({left} left): the test showed nothing"
+    for job_id in flood:
+        done = wait_status(client, job_id, {"succeeded"}, timeout=120)
+        assert done["attempt"] == 1

@@ -611,7 +611,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         "Each figure: median (lowest–highest) over the runs.",
         "",
         *(f"**error:** {e}" for e in summary.get("errors", [])),
-        *table(headers, body),
+        *(table(headers, body) if body else []),
         "",
     ]
     peer = summary.get("enqueue_one_vs_floor_order") or {}
