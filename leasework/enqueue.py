@@ -24,12 +24,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-import psycopg
-from psycopg.rows import tuple_row
-
-from leasework import store
 from leasework.app import App
-from leasework.db import savepoint, savepoint_async
+from leasework.doors import AsyncDoor, SyncDoor, async_door, sync_door
 from leasework.errors import FieldError, IdempotencyConflict, InvalidJob, UnknownJobType
 from leasework.jsonlimits import storable_errors
 from leasework.store import Inserted
@@ -44,7 +40,6 @@ from leasework.submission import (
 from leasework.unique import Unique
 
 TOPIC = "jobs.ready"
-SAVEPOINT = "leasework_enqueue"
 NO_DEFAULTS = Defaults()
 
 
@@ -148,10 +143,6 @@ def prepare(requests: Iterable[JobRequest], app: App | None) -> list[dict[str, A
     return rows
 
 
-UNREGISTERED_SQL = """SELECT r.name FROM unnest(%s::text[]) AS r(name)
-                      WHERE NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = r.name)"""
-
-
 def _names(rows: list[dict[str, Any]]) -> list[str]:
     return sorted({row["type"] for row in rows})
 
@@ -169,85 +160,70 @@ def _unknown(missing: list[str]) -> None:
 # Types known registered, per database. ``job_types`` rows are only ever added or updated
 # (an app registers its types at start; nothing deletes one), so a name seen registered
 # stays registered: after the first enqueue of a type, the check costs no round trip.
-_REGISTERED: dict[tuple[str, int, str], frozenset[str]] = {}
+_REGISTERED: dict[tuple[Any, ...], frozenset[str]] = {}
 
 
-def _database(conn: psycopg.Connection | psycopg.AsyncConnection) -> tuple[str, int, str]:
-    info = conn.info
-    return (info.host, info.port, info.dbname)
-
-
-def _unseen(
-    conn: psycopg.Connection | psycopg.AsyncConnection, rows: list[dict[str, Any]]
-) -> list[str]:
-    """The rows' type names not yet seen registered in this connection's database."""
-    known = _REGISTERED.get(_database(conn), frozenset())
+def _unseen(door: SyncDoor | AsyncDoor, rows: list[dict[str, Any]]) -> list[str]:
+    """The rows' type names not yet seen registered in this door's database."""
+    known = _REGISTERED.get(door.database(), frozenset())
     return [name for name in _names(rows) if name not in known]
 
 
-def _seen(conn: psycopg.Connection | psycopg.AsyncConnection, names: list[str]) -> None:
-    if names:
-        where = _database(conn)
-        _REGISTERED[where] = _REGISTERED.get(where, frozenset()) | frozenset(names)
-
-
-def _unregistered(conn: psycopg.Connection, rows: list[dict[str, Any]]) -> None:
-    names = _unseen(conn, rows)
-    if not names:
-        return
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(UNREGISTERED_SQL, (names,))
-        missing = [r[0] for r in cur.fetchall()]
-    _seen(conn, [n for n in names if n not in missing])
+def _seen(door: SyncDoor | AsyncDoor, names: list[str], missing: list[str]) -> None:
+    found = [n for n in names if n not in missing]
+    if found:
+        where = door.database()
+        _REGISTERED[where] = _REGISTERED.get(where, frozenset()) | frozenset(found)
     _unknown(missing)
 
 
-async def _unregistered_async(conn: psycopg.AsyncConnection, rows: list[dict[str, Any]]) -> None:
-    names = _unseen(conn, rows)
-    if not names:
-        return
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(UNREGISTERED_SQL, (names,))
-        missing = [r[0] for r in await cur.fetchall()]
-    _seen(conn, [n for n in names if n not in missing])
-    _unknown(missing)
+def _unregistered(door: SyncDoor, rows: list[dict[str, Any]]) -> None:
+    if names := _unseen(door, rows):
+        _seen(door, names, door.unregistered(names))
 
 
-def _raise_conflicts(requests: list[JobRequest], inserted: list[store.Inserted]) -> None:
+async def _unregistered_async(door: AsyncDoor, rows: list[dict[str, Any]]) -> None:
+    if names := _unseen(door, rows):
+        _seen(door, names, await door.unregistered(names))
+
+
+def _raise_conflicts(requests: list[JobRequest], inserted: list[Inserted]) -> None:
     for request, result in zip(requests, inserted, strict=True):
         if result.conflict:
             raise IdempotencyConflict(request.idempotency_key or "", result.id)
 
 
 def enqueue_many(
-    conn: psycopg.Connection,
+    conn: Any,
     jobs: Iterable[JobRequest | Mapping[str, Any]],
     *,
     app: App | None = None,
     topic: str = TOPIC,
 ) -> list[Enqueued]:
     """Enqueue several jobs (from :func:`job`, or dicts of its arguments) in the caller's
-    transaction, in one statement; all or none. Returns their ids in order (an earlier job's
-    id for a replayed idempotency key). Raises :class:`InvalidJob` (every bad item, by index)
-    or :class:`IdempotencyConflict`, having written nothing."""
+    transaction, in one statement; all or none. ``conn``: a psycopg ``Connection``, or a
+    SQLAlchemy ``Session`` or ``Connection`` (:mod:`leasework.doors`). Returns their ids in
+    order (an earlier job's id for a replayed idempotency key). Raises :class:`InvalidJob`
+    (every bad item, by index) or :class:`IdempotencyConflict`, having written nothing."""
+    door = sync_door(conn)
     requests = [j if isinstance(j, JobRequest) else job(**j) for j in jobs]
     rows = prepare(requests, app)
     if app is None:
-        _unregistered(conn, rows)
+        _unregistered(door, rows)
     if len(requests) == 1 or not any(r.idempotency_key for r in requests):
         # one statement is atomic by itself; without keys no conflict can undo part of it
-        inserted = store.jobs_insert(conn, rows, topic)
+        inserted = door.insert(rows, topic)
         _raise_conflicts(requests, inserted)
         return [Enqueued.of(i) for i in inserted]
     # a conflict found after the statement must undo the batch's other rows, and only them
-    with savepoint(conn, SAVEPOINT):
-        inserted = store.jobs_insert(conn, rows, topic)
+    with door.savepoint():
+        inserted = door.insert(rows, topic)
         _raise_conflicts(requests, inserted)
     return [Enqueued.of(i) for i in inserted]
 
 
 def enqueue(
-    conn: psycopg.Connection,
+    conn: Any,
     job_type: str,
     payload: Any = None,
     *,
@@ -263,7 +239,8 @@ def enqueue(
     priority: int | None = None,
     topic: str = TOPIC,
 ) -> Enqueued:
-    """Enqueue one job in the caller's open transaction and return its id.
+    """Enqueue one job in the caller's open transaction and return its id. ``conn``: a
+    psycopg ``Connection``, or a SQLAlchemy ``Session`` or ``Connection``.
 
     ``payload`` may be JSON values or an instance of the type's payload model; ``delay``
     (seconds or a timedelta) or ``run_at`` (an aware datetime) defer it; ``idempotency_key``
@@ -290,29 +267,32 @@ def enqueue(
 
 
 async def enqueue_many_async(
-    conn: psycopg.AsyncConnection,
+    conn: Any,
     jobs: Iterable[JobRequest | Mapping[str, Any]],
     *,
     app: App | None = None,
     topic: str = TOPIC,
 ) -> list[Enqueued]:
-    """:func:`enqueue_many` on psycopg's ``AsyncConnection``, for asyncio applications."""
+    """:func:`enqueue_many` for asyncio applications: ``conn`` is a psycopg
+    ``AsyncConnection``, a SQLAlchemy ``AsyncSession`` or ``AsyncConnection`` (asyncpg or
+    psycopg), or an asyncpg ``Connection``."""
+    door = async_door(conn)
     requests = [j if isinstance(j, JobRequest) else job(**j) for j in jobs]
     rows = prepare(requests, app)
     if app is None:
-        await _unregistered_async(conn, rows)
+        await _unregistered_async(door, rows)
     if len(requests) == 1 or not any(r.idempotency_key for r in requests):
-        inserted = await store.jobs_insert_async(conn, rows, topic)
+        inserted = await door.insert(rows, topic)
         _raise_conflicts(requests, inserted)
         return [Enqueued.of(i) for i in inserted]
-    async with savepoint_async(conn, SAVEPOINT):
-        inserted = await store.jobs_insert_async(conn, rows, topic)
+    async with door.savepoint():
+        inserted = await door.insert(rows, topic)
         _raise_conflicts(requests, inserted)
     return [Enqueued.of(i) for i in inserted]
 
 
 async def enqueue_async(
-    conn: psycopg.AsyncConnection,
+    conn: Any,
     job_type: str,
     payload: Any = None,
     *,
@@ -328,7 +308,8 @@ async def enqueue_async(
     priority: int | None = None,
     topic: str = TOPIC,
 ) -> Enqueued:
-    """:func:`enqueue` on psycopg's ``AsyncConnection``, for asyncio applications."""
+    """:func:`enqueue` for asyncio applications (``conn`` as for
+    :func:`enqueue_many_async`)."""
     request = job(
         job_type,
         payload,

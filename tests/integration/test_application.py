@@ -29,6 +29,7 @@ from examples.shop.jobs import Receipt
 from examples.shop.jobs import app as shop_app
 from leasework import testing
 from leasework.db import Database
+from leasework.doors import sync_door
 from leasework.relay.pruner import Pruner, PrunerConfig, Retention
 from leasework.states import Status
 from tests.integration.conftest import DIRECT_DSN, delete_jobs, wait_for, wait_status
@@ -136,7 +137,7 @@ def test_enqueue_remembers_a_registered_type_but_never_a_missing_one(db):
             job_id = leasework.enqueue(conn, name, {}, delay=3600)
             # seen registered once, the next enqueue of it asks Postgres nothing more
             enqueue_module = sys.modules["leasework.enqueue"]
-            assert name in enqueue_module._REGISTERED[enqueue_module._database(conn)]
+            assert name in enqueue_module._REGISTERED[sync_door(conn).database()]
             assert leasework.enqueue(conn, name, {}, delay=3600) != job_id
         finally:
             delete_jobs(conn, "type = %s", (name,))

@@ -27,11 +27,20 @@ from tools.bench.floor import run_lanes
 from tools.bench.http import Connection, HttpError
 from tools.bench.tap import Published
 
-DOORS = ("single", "batch", "enqueue", "enqueue-one")
+DOORS = (
+    "single",
+    "batch",
+    "enqueue",
+    "enqueue-one",
+    "enqueue-one-sqlalchemy",
+    "enqueue-one-asyncpg",
+)
 LEAN, SHIPPED = "lean", "leasework.AsyncClient"  # the single door's clients
 # the caller's own table for the web-app pattern (an order row and its job in one transaction)
 ORDERS_TABLE = "bench_orders"
 ORDER_INSERT = f"INSERT INTO {ORDERS_TABLE} (tag, n) VALUES (%s, %s)"
+ORDER_INSERT_NAMED = f"INSERT INTO {ORDERS_TABLE} (tag, n) VALUES (:tag, :n)"
+ORDER_INSERT_NUMBERED = f"INSERT INTO {ORDERS_TABLE} (tag, n) VALUES ($1, $2)"
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,83 @@ def _enqueue(
     return Submitted(first, max(ends, default=first), jobs, late[0])
 
 
+def _pace(due: Callable[[int], float] | None, index: int, late: list[int]) -> float:
+    """Seconds to wait before chunk ``index`` (counting it late past 50 ms)."""
+    if due is None:
+        return 0.0
+    wait = due(index) - time.time()
+    if wait < -0.05:
+        late[0] += 1
+    return max(0.0, wait)
+
+
+def _enqueue_sqlalchemy(
+    door: Door, dsn: str, tag: str, jobs: int, due: Callable[[int], float] | None
+) -> Submitted:
+    """``enqueue-one`` through SQLAlchemy: a ``Session`` per connection (psycopg driver), the
+    caller's row and its job in one transaction."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session
+
+    insert = text(ORDER_INSERT_NAMED)
+    lanes = min(door.concurrency, jobs)
+    engine = create_engine(
+        "postgresql+psycopg://" + dsn.removeprefix("postgresql://"), pool_size=lanes
+    )
+    sessions = [Session(engine) for _ in range(lanes)]
+    ends: list[float] = []
+    late = [0]
+
+    def lane(k: int, session: Session) -> None:
+        for i in range(k, jobs, lanes):
+            time.sleep(_pace(due, i, late))
+            session.execute(insert, {"tag": tag, "n": i})
+            leasework.enqueue(session, "noop", _payload(tag, i))
+            session.commit()
+        ends.append(time.time())
+
+    first = time.time()
+    try:
+        run_lanes(lane, sessions, "enqueue through SQLAlchemy")  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
+    return Submitted(first, max(ends, default=first), jobs, late[0])
+
+
+def _enqueue_asyncpg(
+    door: Door, dsn: str, tag: str, jobs: int, due: Callable[[int], float] | None
+) -> Submitted:
+    """``enqueue-one`` through asyncpg: as many connections, on one asyncio loop."""
+    import asyncio
+
+    import asyncpg
+
+    lanes = min(door.concurrency, jobs)
+    ends: list[float] = []
+    late = [0]
+
+    async def lane(k: int, conn: asyncpg.Connection) -> None:
+        for i in range(k, jobs, lanes):
+            await asyncio.sleep(_pace(due, i, late))
+            async with conn.transaction():
+                await conn.execute(ORDER_INSERT_NUMBERED, tag, i)
+                await leasework.enqueue_async(conn, "noop", _payload(tag, i))
+        ends.append(time.time())
+
+    async def main() -> float:
+        conns = [await asyncpg.connect(dsn) for _ in range(lanes)]
+        try:
+            first = time.time()
+            await asyncio.gather(*(lane(k, c) for k, c in enumerate(conns)))
+            return first
+        finally:
+            for conn in conns:
+                await conn.close()
+
+    first = asyncio.run(main())
+    return Submitted(first, max(ends, default=first), jobs, late[0])
+
+
 def submit(
     door: Door,
     *,
@@ -190,6 +276,10 @@ def submit(
     time.time() to send it at) paces it, open loop."""
     if door.name in ("enqueue", "enqueue-one"):
         return _enqueue(door, dsn, tag, jobs, due)
+    if door.name == "enqueue-one-sqlalchemy":
+        return _enqueue_sqlalchemy(door, dsn, tag, jobs, due)
+    if door.name == "enqueue-one-asyncpg":
+        return _enqueue_asyncpg(door, dsn, tag, jobs, due)
     if door.name in ("single", "batch"):
         if door.name == "single" and door.chunk != 1:
             door = Door(door.name, 1, door.concurrency, door.client)

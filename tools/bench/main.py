@@ -15,7 +15,9 @@ Rows, in this order (``--rows`` picks some):
 * ``lone``: one job at a time through ``POST /jobs`` on an idle pipeline, insert to start and
   to finish (no throughput);
 * ``enqueue-one``: the web-app pattern, a row of the caller's own and its job in one
-  transaction (``leasework.enqueue``), 16 connections;
+  transaction (``leasework.enqueue``), 16 connections; ``enqueue-one-sqlalchemy`` and
+  ``enqueue-one-asyncpg`` (on request) the same through a SQLAlchemy ``Session`` (psycopg
+  driver, 16 threads) and through asyncpg (16 connections on one asyncio loop);
 * ``proxied-batch`` (and ``proxied-single``, ``proxied-enqueue`` on request): the same with
   the stack's normal links, through Toxiproxy;
 * ``unaudited-batch`` (and ``unaudited-single`` on request): ``batch`` with the relay's
@@ -106,6 +108,8 @@ ROWS = (
     "batch",
     "enqueue",
     "enqueue-one",
+    "enqueue-one-sqlalchemy",
+    "enqueue-one-asyncpg",
     "proxied-single",
     "proxied-batch",
     "proxied-enqueue",
@@ -177,8 +181,8 @@ class Config:
             return doors.Door("single", 1, self.single_concurrency, doors.SHIPPED)
         if kind == "batch":
             return doors.Door("batch", self.batch_size, self.batch_concurrency)
-        if kind == "enqueue-one":
-            return doors.Door("enqueue-one", 1, self.enqueue_one_concurrency)
+        if kind.startswith("enqueue-one"):
+            return doors.Door(kind, 1, self.enqueue_one_concurrency)
         return doors.Door("enqueue", self.batch_size, self.enqueue_concurrency)
 
 
@@ -190,6 +194,9 @@ def door_label(door: doors.Door) -> str:
         return f"POST /jobs/batch {door.chunk}/req, {door.concurrency} in flight"
     if door.name == "enqueue-one":
         return f"an order row + enqueue, 1/tx, {door.concurrency} conns"
+    if door.name.startswith("enqueue-one-"):
+        layer = door.name.removeprefix("enqueue-one-")
+        return f"an order row + enqueue through {layer}, 1/tx, {door.concurrency} conns"
     return f"enqueue_many {door.chunk}/tx, {door.concurrency} conns"
 
 
@@ -607,7 +614,7 @@ def run(stack: Stack, cfg: Config, directory: Path | None = None) -> tuple[dict[
         log(f"machine busy before the run: {result['machine_busy_before'] * 100:.0f}%")
         result["jobs_table_before"] = bench.jobs_table()
         log(f"jobs table before the run: {report.jobs_table_text(result['jobs_table_before'])}")
-        if "enqueue-one" in cfg.rows or "floor-order" in cfg.rows:
+        if any(r.startswith("enqueue-one") for r in cfg.rows) or "floor-order" in cfg.rows:
             doors.prepare_orders(bench.db)
         for row in cfg.rows:
             if row in ("floor", "floor-order"):
@@ -676,7 +683,7 @@ def finish(result: dict[str, Any]) -> None:
     result["floor_e2e_per_s"] = rate.get("floor")
     for r in result["rows"]:
         r["vs_floor"] = report.ratio(r["e2e_per_s"], rate.get("floor"))
-        if r["name"] == "enqueue-one":
+        if r["name"].startswith("enqueue-one"):
             r["vs_floor_order"] = report.ratio(r["e2e_per_s"], rate.get("floor-order"))
 
 

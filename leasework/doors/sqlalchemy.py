@@ -1,0 +1,93 @@
+"""The SQLAlchemy doors: a ``Session`` or ``Connection``, an ``AsyncSession`` or
+``AsyncConnection``, on any PostgreSQL driver. The statements run through the session's or
+connection's own ``execute`` (in its transaction, begun by it if none is: SQLAlchemy 2's
+autobegin), and a savepoint is its ``begin_nested()``; an error inside leaves the caller's
+transaction for the caller to roll back, as any failed statement of its own would."""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+
+from leasework.doors import JOBS_INSERT_TEXT, UNREGISTERED_TEXT, checked
+from leasework.store import Inserted
+
+INSERT = text(JOBS_INSERT_TEXT)
+UNREGISTERED = text(UNREGISTERED_TEXT)
+
+
+def _database(url: URL) -> tuple[Any, ...]:
+    return ("postgres", url.host, url.port or 5432, url.database)
+
+
+def sync_door(conn: object) -> SqlAlchemyDoor:
+    if isinstance(conn, Session | Connection):
+        return SqlAlchemyDoor(conn)
+    raise _refused(conn, "enqueue", "Session or Connection", "AsyncSession or AsyncConnection")
+
+
+def async_door(conn: object) -> AsyncSqlAlchemyDoor:
+    if isinstance(conn, AsyncSession | AsyncConnection):
+        return AsyncSqlAlchemyDoor(conn)
+    raise _refused(
+        conn, "enqueue_async", "AsyncSession or AsyncConnection", "Session or Connection"
+    )
+
+
+def _refused(conn: object, door: str, takes: str, other: str) -> TypeError:
+    elsewhere = "enqueue" if door == "enqueue_async" else "enqueue_async"
+    return TypeError(
+        f"leasework.{door} takes a SQLAlchemy {takes} (a {other} goes to "
+        f"leasework.{elsewhere}); got {type(conn).__name__}"
+    )
+
+
+class SqlAlchemyDoor:
+    def __init__(self, conn: Session | Connection) -> None:
+        self.conn = conn
+
+    def database(self) -> tuple[Any, ...]:
+        bind = self.conn.get_bind() if isinstance(self.conn, Session) else self.conn
+        return _database(bind.engine.url)
+
+    def insert(self, rows: list[dict[str, Any]], topic: str) -> list[Inserted]:
+        result = self.conn.execute(INSERT, {"rows": json.dumps(rows), "topic": topic})
+        return checked(list(result.mappings()), len(rows))
+
+    def unregistered(self, names: list[str]) -> list[str]:
+        return list(self.conn.execute(UNREGISTERED, {"names": names}).scalars())
+
+    @contextmanager
+    def _nested(self):
+        with self.conn.begin_nested():
+            yield
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        return self._nested()
+
+
+class AsyncSqlAlchemyDoor:
+    def __init__(self, conn: AsyncSession | AsyncConnection) -> None:
+        self.conn = conn
+
+    def database(self) -> tuple[Any, ...]:
+        if isinstance(self.conn, AsyncSession):
+            return _database(self.conn.bind.engine.url)
+        return _database(self.conn.engine.url)
+
+    async def insert(self, rows: list[dict[str, Any]], topic: str) -> list[Inserted]:
+        result = await self.conn.execute(INSERT, {"rows": json.dumps(rows), "topic": topic})
+        return checked(list(result.mappings()), len(rows))
+
+    async def unregistered(self, names: list[str]) -> list[str]:
+        result = await self.conn.execute(UNREGISTERED, {"names": names})
+        return list(result.scalars())
+
+    def savepoint(self) -> AbstractAsyncContextManager[Any]:
+        return self.conn.begin_nested()
