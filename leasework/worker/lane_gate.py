@@ -45,7 +45,7 @@ def admission(capacity: int, slots: int) -> int:
     """How many of a lane's jobs a worker holds past the claim: its capacity running, and
     claimed and waiting for it at most half of a queue's ``slots`` (at least one). The other
     half is always the queue's other lanes' (measured: a tighter bound, twice the capacity,
-    cost the thread lane two thirds of its throughput, its jobs let in a few at a time;
+    cost the thread lane a third of its throughput, its jobs let in a few at a time;
     docs/design-decisions.md, "How a lane's capacity and a queue's slots compose")."""
     return capacity + max(1, slots // 2)
 

@@ -20,9 +20,9 @@ returns what the handler returned or raises what it raised, in every lane alike:
   resident memory passes ``max_memory_mb`` (Celery's ``worker_max_tasks_per_child`` and
   ``worker_max_memory_per_child``).
 
-A lane's capacity bounds how many of its handlers run at once in this worker; a job waiting
-for its lane holds its queue slot meanwhile (the queue's slots bound what a worker has
-claimed, the lanes what runs: see docs/architecture.md).
+A lane's capacity bounds how many of its handlers run at once in this worker; how many of
+its jobs may wait for it, claimed and holding their queue slots, the gate in front of the
+claim decides (:mod:`leasework.worker.lane_gate`).
 """
 
 from __future__ import annotations
