@@ -8,6 +8,9 @@
                                               conn=conn)
         assert run.status == "succeeded" and run.result == {"sent_to": "a@example.com"}
 
+From synchronous test code (a ``unittest.TestCase``, a plain pytest test),
+:func:`run_job_sync` does the same on a Trio loop of its own.
+
 The payload takes the path it takes in production: checked against the type (and the store's
 limits) as ``enqueue`` would, sent through a JSON round trip, decoded by the type's adapter.
 The handler's fenced effects run on ``conn`` in a savepoint of its open transaction when the
@@ -19,6 +22,7 @@ up, and the fence is the one given.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -99,3 +103,18 @@ async def run_job(
             status = Status.DEAD if definition.is_permanent(failure) else Status.FAILED
             return JobRun(status, None, f"a fenced effect raised {describe(failure)}", ctx, 0)
     return JobRun(Status.SUCCEEDED, handled.result, None, ctx, len(ctx.effects))
+
+
+def run_job_sync(app: App, job_type: str, payload: Any = None, **options: Any) -> JobRun:
+    """:func:`run_job` (the same arguments) from synchronous test code (a
+    ``unittest.TestCase``, a plain pytest test): the attempt runs on a Trio loop of its own,
+    in any lane, and returns when it is decided. Not from inside a running event loop (there,
+    ``await run_job(...)``).
+
+    ::
+
+        def test_send_receipt(self):
+            run = leasework.testing.run_job_sync(app, "send_receipt", {"order_id": 1})
+            self.assertTrue(run.succeeded)
+    """
+    return trio.run(functools.partial(run_job, app, job_type, payload, **options))

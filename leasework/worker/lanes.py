@@ -462,16 +462,28 @@ async def run_here(job_type: JobType, ctx: JobContext, args: tuple[Any, ...]) ->
     """Each lane as :mod:`leasework.testing` runs a handler, without a worker: trio awaited,
     thread in a trio thread, asyncio on a fresh loop in a thread, process in a thread after
     the same pickle round trips a child makes (so what would not cross to a child fails the
-    same way here)."""
+    same way here). Cancelled (a timeout), a thread is abandoned and ``ctx.cancelled`` set,
+    as in the worker."""
     lane = job_type.lane
     if lane is Lane.TRIO:
         return await job_type.handler(*args)
-    if lane is Lane.THREAD:
-        return await trio.to_thread.run_sync(functools.partial(job_type.handler, *args))
-    if lane is Lane.ASYNCIO:
-        return await trio.to_thread.run_sync(asyncio.run, job_type.handler(*args))
-    ref, sent, permanent = pickle.loads(
-        pickle.dumps((HandlerRef.of(job_type.handler), args, job_type.permanent))
-    )
-    returned = await trio.to_thread.run_sync(run_in_child, ref, sent, permanent)
+    try:
+        # cancelled (its timeout), the thread is abandoned and told, as the worker's lanes do
+        if lane is Lane.THREAD:
+            return await trio.to_thread.run_sync(
+                functools.partial(job_type.handler, *args), abandon_on_cancel=True
+            )
+        if lane is Lane.ASYNCIO:
+            return await trio.to_thread.run_sync(
+                asyncio.run, job_type.handler(*args), abandon_on_cancel=True
+            )
+        ref, sent, permanent = pickle.loads(
+            pickle.dumps((HandlerRef.of(job_type.handler), args, job_type.permanent))
+        )
+        returned = await trio.to_thread.run_sync(
+            run_in_child, ref, sent, permanent, abandon_on_cancel=True
+        )
+    except trio.Cancelled:
+        ctx.cancel()
+        raise
     return pickle.loads(pickle.dumps(returned)).unpack(ctx)
