@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -260,9 +261,12 @@ class OffsetResets:
     event); a seek to where it stands tells (it succeeds only on a running partition), and
     such an event is dropped. A restart that fails is tried again after the next poll."""
 
-    def __init__(self, queue: str, band: int) -> None:
+    def __init__(self, queue: str, band: int, stopped: threading.Event | None = None) -> None:
         self.queue = queue
         self.priority = str(band)
+        # set when the worker stops: no partition is started again (nor its offsets read,
+        # which may wait seconds on a cluster that does not answer); its next owner starts it
+        self.stopped = stopped or threading.Event()
         self.restarted: dict[Key, int] = {}  # where this consumer last started a partition
         self.unfinished: dict[Key, int] = {}  # restarts that failed: partition -> offset
         self.complain_after = 0.0  # monotonic time before which a failed restart says no more
@@ -277,7 +281,7 @@ class OffsetResets:
                 events.setdefault((message.topic(), message.partition()), message)
             else:
                 kept.append(message)
-        if events or self.unfinished:
+        if (events or self.unfinished) and not self.stopped.is_set():
             self.reset(consumer, events)
         return kept
 
@@ -306,6 +310,8 @@ class OffsetResets:
         }
         resume = dict(self.unfinished)
         for key, message in events.items():
+            if self.stopped.is_set():
+                return
             if self.running(consumer, key, starts[key]):
                 log.debug("late offset reset event dropped", extra=self.where(key))
                 continue
@@ -447,19 +453,29 @@ async def consume(
     and not yet granted a slot at ``stopping`` is dropped unfinished: it is redelivered. A
     partition without a usable offset is started again at its log start in the same thread
     hop (:class:`OffsetResets`). Between two polls, a feed whose topic was deleted and made
-    again gets a new consumer (:meth:`Feed.renew`)."""
+    again gets a new consumer (:meth:`Feed.renew`).
+
+    At ``stopping`` a receive under way is abandoned, not awaited: its reads may wait
+    seconds on a cluster that does not answer (an offset reset reads offsets and
+    watermarks), and what it receives is dropped (redelivered). Its thread holds
+    ``feed.in_use`` until it returns, so the consumer is closed only after it."""
     limiter = trio.CapacityLimiter(1)
     pacer = Pacer(GATHER)  # used in the receiving thread only (the limiter admits one)
     switch = PauseSwitch()  # likewise; both are the consumer's, made again with it
-    resets = OffsetResets(feed.queue, feed.band)
+    stopped = threading.Event()  # stopping, as the receiving thread can see it
+    resets = OffsetResets(feed.queue, feed.band, stopped)
 
     def paused_receive(at_most: int, now_paused: bool) -> list[Message]:
-        consumer = feed.consumer
-        switch.apply(consumer, now_paused)
-        return resets.handle(consumer, receive(consumer, at_most, pacer))
+        with feed.in_use:
+            if stopped.is_set():
+                return []
+            consumer = feed.consumer
+            switch.apply(consumer, now_paused)
+            return resets.handle(consumer, receive(consumer, at_most, pacer))
 
     async def cancel_at_stop(scope: trio.CancelScope) -> None:
         await stopping.wait()
+        stopped.set()
         scope.cancel()
 
     async with batches, trio.open_nursery() as loop:
@@ -469,10 +485,10 @@ async def consume(
             if not received:
                 if feed.stale():
                     await feed.renew()
-                    switch, resets = PauseSwitch(), OffsetResets(feed.queue, feed.band)
+                    switch, resets = PauseSwitch(), OffsetResets(feed.queue, feed.band, stopped)
                 at_most = min(MAX_POLL, max(1, slots.available()))
                 messages = await trio.to_thread.run_sync(
-                    paused_receive, at_most, paused(), limiter=limiter
+                    paused_receive, at_most, paused(), limiter=limiter, abandon_on_cancel=True
                 )
                 received = arrived(messages, feed.offsets)
                 continue

@@ -16,6 +16,7 @@ relay's recovery publishes those jobs again (:mod:`leasework.relay.recovery`, re
 from __future__ import annotations
 
 import logging
+import threading
 
 import trio
 from confluent_kafka import Consumer
@@ -52,6 +53,10 @@ class Feed:
         self.topic_id: str | None = None  # the id the consumer subscribed under, if known
         self.offsets: Offsets | None = None
         self._config = consumer_config(settings, queue, band)
+        # held by the receiving thread while it uses the consumer: the stop does not wait for
+        # a receive (it may wait on an unanswered read for seconds), so a close waits here
+        # instead (librdkafka does not allow closing a consumer under a poll)
+        self.in_use = threading.Lock()
 
     @classmethod
     def of(cls, offsets: Offsets, queue: str = DEFAULT, band: int = HIGHEST) -> Feed:
@@ -59,6 +64,7 @@ class Feed:
         feed = cls.__new__(cls)
         feed.queue, feed.band, feed.topic, feed.watch = queue, band, offsets.topic, None
         feed.topic_id, feed.offsets, feed._config = None, offsets, {}
+        feed.in_use = threading.Lock()
         return feed
 
     @property
@@ -129,7 +135,7 @@ class Feed:
 
     async def _close(self, consumer: Consumer) -> None:
         with trio.move_on_after(CLOSE_TIMEOUT) as scope:
-            await trio.to_thread.run_sync(consumer.close, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(self._close_when_free, consumer, abandon_on_cancel=True)
         if scope.cancelled_caught:
             log.warning(
                 "a replaced consumer did not leave its group in time; left as it is",
@@ -137,6 +143,13 @@ class Feed:
             )
 
     async def close(self) -> None:
-        """Leave the group (the caller bounds how long that may take)."""
+        """Leave the group once no receive uses the consumer (the caller bounds how long
+        that may take)."""
         if self.offsets is not None:
-            await trio.to_thread.run_sync(self.offsets.consumer.close, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(
+                self._close_when_free, self.offsets.consumer, abandon_on_cancel=True
+            )
+
+    def _close_when_free(self, consumer: Consumer) -> None:
+        with self.in_use:
+            consumer.close()

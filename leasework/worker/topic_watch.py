@@ -50,8 +50,14 @@ class TopicWatch:
 
     async def read(self) -> None:
         """Read the topics' ids once; a topic not described keeps the id read before."""
+        # abandoned when cancelled (the stop): a describe may wait its whole timeout
         seen = await trio.to_thread.run_sync(
-            topic_ids, self._admin, self.topics, DESCRIBE_TIMEOUT, limiter=self._limiter
+            topic_ids,
+            self._admin,
+            self.topics,
+            DESCRIBE_TIMEOUT,
+            limiter=self._limiter,
+            abandon_on_cancel=True,
         )
         for topic, topic_id in seen.items():
             before = self.ids.get(topic)

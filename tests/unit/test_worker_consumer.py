@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 
 import pytest
@@ -272,3 +273,43 @@ async def test_a_stale_feed_is_renewed_between_polls_and_what_then_arrives_is_th
     assert offsets.tracker.positions() == {}
     offsets.finish(0, 0, got[1].generation)
     assert offsets.tracker.positions() == {0: 1}
+
+
+class Unanswered(Kafka):
+    """A consumer whose poll waits on a cluster that does not answer until ``answer`` is
+    set (as an offset reset's watermark read waits its timeout); close() is recorded with
+    whether a poll was under way then (librdkafka does not allow that)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.polling, self.answer = threading.Event(), threading.Event()
+        self.closed_under_a_poll: bool | None = None
+
+    def poll(self, timeout: float):
+        self.polling.set()
+        self.answer.wait(30)
+        self.polling.clear()
+        return None
+
+    def close(self) -> None:
+        self.closed_under_a_poll = self.polling.is_set()
+
+
+async def test_a_stop_does_not_wait_for_a_receive_that_waits_on_kafka_and_the_close_waits_for_it():
+    kafka = Unanswered()
+    feed = Feed.of(Offsets(kafka, "jobs.ready"))  # type: ignore[arg-type]
+    slots, stopping = Slots(1), Stopping()
+    send, _ = trio.open_memory_channel[list[Consumed]](10)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume, feed, slots, stopping, send)
+            await trio.to_thread.run_sync(kafka.polling.wait)
+            began = trio.current_time()
+            stopping.set("test")
+        assert trio.current_time() - began < 1.0  # the receive was abandoned, not awaited
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed.close)
+            await trio.sleep(0.2)
+            assert kafka.closed_under_a_poll is None  # the close waits for the receive
+            kafka.answer.set()
+    assert kafka.closed_under_a_poll is False
