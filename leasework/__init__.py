@@ -18,6 +18,7 @@ from leasework.enqueue import (
 from leasework.errors import (
     AppError,
     AppLoadError,
+    FenceUnavailable,
     FieldError,
     IdempotencyConflict,
     InvalidJob,
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "Enqueued",
+    "FenceUnavailable",
     "FieldError",
     "IdempotencyConflict",
     "InvalidJob",

@@ -14,6 +14,9 @@ from leasework.downstream import Fence
 
 Effect = Callable[[psycopg.Connection], Any]
 
+# the worker name of an attempt leasework.testing runs: a rehearsal, whose job has no row
+REHEARSAL_WORKER = "leasework.testing"
+
 
 @dataclass(frozen=True)
 class EffectCall:
@@ -100,6 +103,36 @@ class JobContext:
         lease a newer one took. Check its answer with
         :func:`leasework.downstream.raise_if_stale`."""
         return Fence(self.job_id, self.fence).headers()
+
+    def confirm_fence(self, conn: Any) -> None:
+        """Confirm this attempt's fence in the transaction ``conn`` has open, your own (a
+        Django connection, a SQLAlchemy ``Session`` or ``Connection``, a psycopg
+        ``Connection``): call it as the last statement before the commit of a transaction that
+        writes an effect through your own ORM. It locks the job's row until that commit (a
+        newer claim of the job waits for it) and raises :class:`~leasework.StaleFence` unless
+        this attempt still holds the job, so the effect commits only while the fence holds; a
+        stale attempt's transaction fails and rolls back. :class:`~leasework.FenceUnavailable`
+        outside a transaction, or in a database without leasework's tables. Unlike
+        :meth:`fenced`, the effect commits with your transaction, not with the attempt's
+        outcome: an attempt that fails after it is retried, and its retry writes again
+        (``leasework.django.fenced_atomic`` wraps this for Django)."""
+        from leasework.doors import confirm_fence
+
+        confirm_fence(conn, self.job_id, self.fence, rehearsal=self.rehearsal)
+
+    async def confirm_fence_async(self, conn: Any) -> None:
+        """:meth:`confirm_fence` on an asyncio connection (a SQLAlchemy ``AsyncSession`` or
+        ``AsyncConnection``, an asyncpg ``Connection``, a psycopg ``AsyncConnection``), in the
+        asyncio lane."""
+        from leasework.doors import confirm_fence_async
+
+        await confirm_fence_async(conn, self.job_id, self.fence, rehearsal=self.rehearsal)
+
+    @property
+    def rehearsal(self) -> bool:
+        """Whether :mod:`leasework.testing` runs this attempt (its job has no row: the fence
+        is confirmed as far as the transaction and the database, not the job's row)."""
+        return self.worker == REHEARSAL_WORKER
 
     def fenced(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
         """Run ``fn(conn, *args, **kwargs)`` (``conn`` a psycopg connection, rows as dicts)

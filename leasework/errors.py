@@ -90,6 +90,12 @@ class StaleFence(LeaseworkError):
         )
 
 
+class FenceUnavailable(LeaseworkError, Permanent):
+    """The fence cannot be confirmed on this connection (outside a transaction, or in a
+    database without leasework's tables): a mistake in the handler, so the job goes to
+    ``dead`` at once rather than being retried into the same refusal."""
+
+
 class AppError(LeaseworkError):
     """The application's job definitions are not valid."""
 

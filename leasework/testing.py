@@ -22,6 +22,7 @@ up, and the fence is the one given.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import uuid
@@ -32,12 +33,14 @@ import psycopg
 import trio
 
 from leasework import store
-from leasework.app import App
-from leasework.context import JobContext
+from leasework.app import App, JobType
+from leasework.context import REHEARSAL_WORKER, JobContext
 from leasework.enqueue import job, prepare
 from leasework.errors import LeaseworkError
+from leasework.lanes import Lane
 from leasework.states import Status
 from leasework.worker.execution import HandlerResult, call_handler, describe
+from leasework.worker.lanes import run_here
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,14 @@ async def run_job(
     fence: int = 1,
     timeout_seconds: float | None = None,
     job_id: uuid.UUID | None = None,
+    same_thread: bool = False,
 ) -> JobRun:
     """Run one attempt of ``job_type`` of ``app`` with ``payload``. Raises
     :class:`~leasework.InvalidJob` where every door would refuse the request. ``conn`` is
-    needed only by handlers that use ``ctx.fenced``."""
+    needed only by handlers that use ``ctx.fenced``. ``same_thread`` runs a ``thread``- or
+    ``process``-lane handler in the calling thread (an ``asyncio`` one on a loop there), so it
+    sees what that thread's database connection sees: a Django ``TestCase``'s open
+    transaction. Its timeout is then judged only once it returns (nothing can stop it)."""
     (row,) = prepare([job(job_type, payload)], app)
     definition = app.get(job_type)
     assert definition is not None, "prepare() refuses unknown types"
@@ -81,13 +88,13 @@ async def run_job(
         attempt=attempt,
         max_attempts=max_attempts or definition.max_attempts or 5,
         fence=fence,
-        worker="leasework.testing",
+        worker=REHEARSAL_WORKER,
         payload=stored,
     )
     limit = timeout_seconds or definition.timeout_seconds or 300
     handled: HandlerResult | None = None
     with trio.move_on_after(limit):
-        handled = await call_handler(definition, ctx)
+        handled = await call_handler(definition, ctx, in_this_thread if same_thread else run_here)
     if handled is None:
         return JobRun(Status.FAILED, None, f"timed out after {limit:g}s", ctx, 0)
     if not handled.ok:
@@ -103,6 +110,15 @@ async def run_job(
             status = Status.DEAD if definition.is_permanent(failure) else Status.FAILED
             return JobRun(status, None, f"a fenced effect raised {describe(failure)}", ctx, 0)
     return JobRun(Status.SUCCEEDED, handled.result, None, ctx, len(ctx.effects))
+
+
+async def in_this_thread(job_type: JobType, ctx: JobContext, args: tuple[Any, ...]) -> Any:
+    """A handler run in the calling thread, whatever its lane (``same_thread``)."""
+    if job_type.lane is Lane.TRIO:
+        return await job_type.handler(*args)
+    if job_type.lane is Lane.ASYNCIO:
+        return asyncio.run(job_type.handler(*args))
+    return job_type.handler(*args)
 
 
 def run_job_sync(app: App, job_type: str, payload: Any = None, **options: Any) -> JobRun:

@@ -9,12 +9,18 @@ is the framework's own: ``begin_nested()`` in SQLAlchemy, a nested ``transaction
 asyncpg, ``SAVEPOINT`` statements on psycopg.
 
 - sync (:func:`sync_door`): a psycopg ``Connection``; a SQLAlchemy ``Session`` or
-  ``Connection`` (any PostgreSQL driver: psycopg, psycopg2, pg8000);
+  ``Connection`` (any PostgreSQL driver: psycopg, psycopg2, pg8000); a Django connection;
 - async (:func:`async_door`): a psycopg ``AsyncConnection``; a SQLAlchemy ``AsyncSession`` or
   ``AsyncConnection`` (asyncpg or psycopg); an asyncpg ``Connection``.
 
-A door is recognised by its class's module, so SQLAlchemy and asyncpg are imported only by
-the applications that hand one in (neither is a dependency of leasework's).
+A door is recognised by its class's module, so SQLAlchemy, asyncpg and Django are imported
+only by the applications that hand one in (none is a dependency of leasework's).
+
+The same doors confirm a handler's fence in the caller's own transaction
+(:func:`confirm_fence`): the last statement before its commit locks the job's row (``FOR
+SHARE``: a new claim or the reaper waits for the commit) and refuses the transaction unless
+the attempt still holds the job, so an effect written through the caller's own ORM commits
+only while its attempt's fence holds.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ import uuid
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, Protocol
 
+from leasework.errors import FenceUnavailable, StaleFence
 from leasework.store import Inserted
 
 JOBS_INSERT_TEXT = "SELECT * FROM leasework_jobs_insert(CAST(:rows AS jsonb), :topic) ORDER BY ord"
 UNREGISTERED_TEXT = """SELECT r.name FROM unnest(CAST(:names AS text[])) AS r(name)
                        WHERE NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = r.name)"""
+FENCE_TEXT = "SELECT fence, status FROM jobs WHERE id = CAST(:job_id AS uuid) FOR SHARE"
+LEASEWORK_HERE_TEXT = "SELECT to_regproc('leasework_jobs_insert') IS NOT NULL AS here"
 
 
 class SyncDoor(Protocol):
@@ -42,6 +51,15 @@ class SyncDoor(Protocol):
 
     def savepoint(self) -> AbstractContextManager[None]: ...
 
+    def in_transaction(self) -> bool:
+        """Whether a statement now runs inside a transaction the caller commits later."""
+
+    def is_leasework(self) -> bool:
+        """Whether the database holds leasework's tables."""
+
+    def fence_row(self, job_id: str) -> tuple[int, str] | None:
+        """The job's (fence, status), its row locked ``FOR SHARE`` (None: no such job)."""
+
 
 class AsyncDoor(Protocol):
     """What enqueue needs of a caller's asyncio connection."""
@@ -53,6 +71,12 @@ class AsyncDoor(Protocol):
     async def unregistered(self, names: list[str]) -> list[str]: ...
 
     def savepoint(self) -> AbstractAsyncContextManager[None]: ...
+
+    def in_transaction(self) -> bool: ...
+
+    async def is_leasework(self) -> bool: ...
+
+    async def fence_row(self, job_id: str) -> tuple[int, str] | None: ...
 
 
 def inserted(row: Any) -> Inserted:
@@ -89,14 +113,18 @@ def sync_door(conn: object) -> SyncDoor:
         from leasework.doors.sqlalchemy import sync_door as sqlalchemy_door
 
         return sqlalchemy_door(conn)
+    if _module(conn).startswith("django."):
+        from leasework.doors.django import DjangoDoor
+
+        return DjangoDoor(conn)
     if isinstance(conn, psycopg.AsyncConnection) or _module(conn).startswith("asyncpg."):
         raise TypeError(
             f"{type(conn).__name__} is an asyncio connection: use leasework.enqueue_async "
             "(or enqueue_many_async)"
         )
     raise TypeError(
-        "leasework.enqueue takes a psycopg Connection, or a SQLAlchemy Session or Connection; "
-        f"got {type(conn).__module__}.{type(conn).__name__}"
+        "leasework.enqueue takes a psycopg Connection, a SQLAlchemy Session or Connection, or a "
+        f"Django connection; got {type(conn).__module__}.{type(conn).__name__}"
     )
 
 
@@ -117,12 +145,91 @@ def async_door(conn: object) -> AsyncDoor:
         from leasework.doors.asyncpg import AsyncpgDoor
 
         return AsyncpgDoor(conn)
-    if isinstance(conn, psycopg.Connection):
-        raise TypeError("a psycopg Connection is synchronous: use leasework.enqueue")
+    if isinstance(conn, psycopg.Connection) or module.startswith("django."):
+        raise TypeError(
+            f"{type(conn).__name__} is synchronous: use leasework.enqueue (from async Django "
+            "code, through asgiref's sync_to_async, as Django's own ORM calls are)"
+        )
     raise TypeError(
         "leasework.enqueue_async takes a psycopg AsyncConnection, a SQLAlchemy AsyncSession or "
         f"AsyncConnection, or an asyncpg Connection; got {module}.{type(conn).__name__}"
     )
 
 
-__all__ = ["AsyncDoor", "SyncDoor", "async_door", "sync_door"]
+# databases seen to hold leasework's tables (a database does not lose them while it runs)
+_LEASEWORK: set[tuple[Any, ...]] = set()
+
+
+def _not_here(door: SyncDoor | AsyncDoor) -> FenceUnavailable:
+    return FenceUnavailable(
+        f"the fence is confirmed in leasework's own database, and this connection reaches "
+        f"{door.database()[1:]}, which has no leasework tables: send the fence to the "
+        "service that owns that database instead (ctx.fence_headers(), leasework.downstream)"
+    )
+
+
+def _outside() -> FenceUnavailable:
+    return FenceUnavailable(
+        "confirm the fence inside the transaction that writes the effect, as its last "
+        "statement: outside one (autocommit) the lock would end at once and the effect could "
+        "commit after a newer attempt took the job (Django: inside transaction.atomic(); "
+        "SQLAlchemy: a Session or Connection not in AUTOCOMMIT; psycopg: autocommit off)"
+    )
+
+
+def _judge(job_id: uuid.UUID, fence: int, row: tuple[int, str] | None) -> None:
+    if row is None:
+        raise StaleFence(job_id, fence, None, detail=f"stale fence: job {job_id} is not there")
+    held, status = row
+    if held != fence or status != "running":
+        raise StaleFence(
+            job_id,
+            fence,
+            held,
+            detail=f"stale fence: job {job_id} is {status} under fence {held}; this attempt's "
+            f"fence is {fence} (a newer attempt, or the reaper, took the job): the transaction "
+            "is refused",
+        )
+
+
+def confirm_fence(conn: object, job_id: uuid.UUID, fence: int, *, rehearsal: bool = False) -> None:
+    """Lock job ``job_id``'s row in ``conn``'s open transaction until it ends and raise
+    :class:`StaleFence` unless attempt ``fence`` still holds the job; run it as the
+    transaction's last statement (its lock holds off the job's next claim and its lease
+    renewals until the commit). :class:`FenceUnavailable` outside a transaction or in a
+    database without leasework's tables. A ``rehearsal`` (:mod:`leasework.testing`'s attempt,
+    whose job has no row) checks the transaction and the database only."""
+    door = sync_door(conn)
+    if not door.in_transaction():
+        raise _outside()
+    if door.database() not in _LEASEWORK:
+        if not door.is_leasework():
+            raise _not_here(door)
+        _LEASEWORK.add(door.database())
+    if not rehearsal:
+        _judge(job_id, fence, door.fence_row(str(job_id)))
+
+
+async def confirm_fence_async(
+    conn: object, job_id: uuid.UUID, fence: int, *, rehearsal: bool = False
+) -> None:
+    """:func:`confirm_fence` on an asyncio connection (the async doors')."""
+    door = async_door(conn)
+    if not door.in_transaction():
+        raise _outside()
+    if door.database() not in _LEASEWORK:
+        if not await door.is_leasework():
+            raise _not_here(door)
+        _LEASEWORK.add(door.database())
+    if not rehearsal:
+        _judge(job_id, fence, await door.fence_row(str(job_id)))
+
+
+__all__ = [
+    "AsyncDoor",
+    "SyncDoor",
+    "async_door",
+    "confirm_fence",
+    "confirm_fence_async",
+    "sync_door",
+]

@@ -8,12 +8,13 @@ import json
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from leasework.doors import checked
+from leasework.doors import LEASEWORK_HERE_TEXT, checked
 from leasework.store import Inserted
 
 INSERT = "SELECT * FROM leasework_jobs_insert($1::jsonb, $2) ORDER BY ord"
 UNREGISTERED = """SELECT r.name FROM unnest($1::text[]) AS r(name)
                   WHERE NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = r.name)"""
+FENCE = "SELECT fence, status FROM jobs WHERE id = $1::uuid FOR SHARE"
 
 
 class AsyncpgDoor:
@@ -34,3 +35,13 @@ class AsyncpgDoor:
 
     def savepoint(self) -> AbstractAsyncContextManager[Any]:
         return self.conn.transaction()
+
+    def in_transaction(self) -> bool:
+        return bool(self.conn.is_in_transaction())
+
+    async def is_leasework(self) -> bool:
+        return bool(await self.conn.fetchval(LEASEWORK_HERE_TEXT))
+
+    async def fence_row(self, job_id: str) -> tuple[int, str] | None:
+        row = await self.conn.fetchrow(FENCE, job_id)
+        return None if row is None else (row["fence"], row["status"])

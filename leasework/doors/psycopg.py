@@ -12,11 +12,13 @@ from psycopg.rows import tuple_row
 
 from leasework import store
 from leasework.db import savepoint, savepoint_async
+from leasework.doors import FENCE_TEXT, LEASEWORK_HERE_TEXT
 from leasework.store import Inserted
 
 SAVEPOINT = "leasework_enqueue"
 UNREGISTERED_SQL = """SELECT r.name FROM unnest(%s::text[]) AS r(name)
                       WHERE NOT EXISTS (SELECT 1 FROM job_types t WHERE t.name = r.name)"""
+FENCE_SQL = FENCE_TEXT.replace(":job_id", "%s")
 
 
 def _database(conn: psycopg.Connection | psycopg.AsyncConnection) -> tuple[Any, ...]:
@@ -42,6 +44,17 @@ class PsycopgDoor:
     def savepoint(self) -> AbstractContextManager[None]:
         return savepoint(self.conn, SAVEPOINT)
 
+    def in_transaction(self) -> bool:
+        return not self.conn.autocommit
+
+    def is_leasework(self) -> bool:
+        with self.conn.cursor(row_factory=tuple_row) as cur:
+            return bool(cur.execute(LEASEWORK_HERE_TEXT).fetchone()[0])  # type: ignore[index]
+
+    def fence_row(self, job_id: str) -> tuple[int, str] | None:
+        with self.conn.cursor(row_factory=tuple_row) as cur:
+            return cur.execute(FENCE_SQL, (job_id,)).fetchone()
+
 
 class AsyncPsycopgDoor:
     def __init__(self, conn: psycopg.AsyncConnection) -> None:
@@ -60,3 +73,16 @@ class AsyncPsycopgDoor:
 
     def savepoint(self) -> AbstractAsyncContextManager[None]:
         return savepoint_async(self.conn, SAVEPOINT)
+
+    def in_transaction(self) -> bool:
+        return not self.conn.autocommit
+
+    async def is_leasework(self) -> bool:
+        async with self.conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(LEASEWORK_HERE_TEXT)
+            return bool((await cur.fetchone())[0])  # type: ignore[index]
+
+    async def fence_row(self, job_id: str) -> tuple[int, str] | None:
+        async with self.conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(FENCE_SQL, (job_id,))
+            return await cur.fetchone()

@@ -15,11 +15,31 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from leasework.doors import JOBS_INSERT_TEXT, UNREGISTERED_TEXT, checked
+from leasework.doors import (
+    FENCE_TEXT,
+    JOBS_INSERT_TEXT,
+    LEASEWORK_HERE_TEXT,
+    UNREGISTERED_TEXT,
+    checked,
+)
 from leasework.store import Inserted
 
 INSERT = text(JOBS_INSERT_TEXT)
 UNREGISTERED = text(UNREGISTERED_TEXT)
+FENCE = text(FENCE_TEXT)
+LEASEWORK_HERE = text(LEASEWORK_HERE_TEXT)
+
+
+def _autocommit(bind: Any) -> bool:
+    """Whether a Connection or an Engine runs each statement in AUTOCOMMIT (a Session is
+    judged by its engine's options)."""
+    level = bind.get_execution_options().get("isolation_level")
+    return level == "AUTOCOMMIT" or bind.engine.dialect.isolation_level == "AUTOCOMMIT"
+
+
+def _fence_row(result: Any) -> tuple[int, str] | None:
+    row = result.first()
+    return None if row is None else (row[0], row[1])
 
 
 def _database(url: URL) -> tuple[Any, ...]:
@@ -71,6 +91,17 @@ class SqlAlchemyDoor:
     def savepoint(self) -> AbstractContextManager[None]:
         return self._nested()
 
+    def in_transaction(self) -> bool:
+        if isinstance(self.conn, Session):
+            return not _autocommit(self.conn.get_bind())
+        return not _autocommit(self.conn)
+
+    def is_leasework(self) -> bool:
+        return bool(self.conn.execute(LEASEWORK_HERE).scalar())
+
+    def fence_row(self, job_id: str) -> tuple[int, str] | None:
+        return _fence_row(self.conn.execute(FENCE, {"job_id": job_id}))
+
 
 class AsyncSqlAlchemyDoor:
     def __init__(self, conn: AsyncSession | AsyncConnection) -> None:
@@ -91,3 +122,14 @@ class AsyncSqlAlchemyDoor:
 
     def savepoint(self) -> AbstractAsyncContextManager[Any]:
         return self.conn.begin_nested()
+
+    def in_transaction(self) -> bool:
+        if isinstance(self.conn, AsyncSession):
+            return not _autocommit(self.conn.bind.sync_engine)
+        return not _autocommit(self.conn.sync_connection)
+
+    async def is_leasework(self) -> bool:
+        return bool((await self.conn.execute(LEASEWORK_HERE)).scalar())
+
+    async def fence_row(self, job_id: str) -> tuple[int, str] | None:
+        return _fence_row(await self.conn.execute(FENCE, {"job_id": job_id}))

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import asyncpg
+import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
@@ -214,3 +216,83 @@ def test_asyncpg_commit_rollback_error_and_savepoint(client, db):
     assert exists(db, "shop_orders", seen["savepoint_order"])
     count = db.execute("SELECT count(*) AS n FROM jobs WHERE payload->>'tag' = %s", (tag,))
     assert count.fetchone()["n"] == 0
+
+
+# ------------------------------------------------------- the fence in the caller's transaction
+
+
+def _held_twice(db) -> tuple[uuid.UUID, leasework.JobContext, leasework.JobContext]:
+    """A job (due in an hour: no worker takes it) claimed twice, as the worker's claim writes
+    it: the first attempt's fence is stale, the second holds the job."""
+    job_id = leasework.enqueue(db, "noop", {}, delay=3600)
+
+    def claim() -> leasework.JobContext:
+        fence = db.execute(
+            """UPDATE jobs SET status = 'running', fence = fence + 1, attempt = attempt + 1,
+                      lease_owner = 'test', lease_expires_at = now() + interval '1 minute'
+                WHERE id = %s RETURNING fence""",
+            (job_id,),
+        ).fetchone()["fence"]
+        return leasework.JobContext(job_id, "noop", 1, 3, fence, "test")
+
+    return job_id, claim(), claim()
+
+
+def test_a_stale_attempts_write_through_a_sqlalchemy_session_is_refused_and_rolled_back(engine, db):
+    job_id, stale, holder = _held_twice(db)
+    email = f"{uuid.uuid4().hex}@fence.example"
+    for ctx in (stale, holder):
+        with pytest.raises(leasework.StaleFence) if ctx is stale else nullcontext():
+            with Session(engine) as session, session.begin():
+                session.execute(NEW_ORDER, {"email": email})
+                ctx.confirm_fence(session)  # the last statement before the commit
+    found = db.execute("SELECT count(*) AS n FROM shop_orders WHERE email = %s", (email,))
+    assert found.fetchone()["n"] == 1  # the holder's write; the stale one rolled back
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with pytest.raises(leasework.FenceUnavailable, match="inside the transaction"):
+            holder.confirm_fence(conn)
+    db.execute("UPDATE jobs SET status = 'cancelled' WHERE id = %s", (job_id,))
+
+
+def test_a_stale_attempts_write_through_asyncpg_and_an_async_session_is_refused(db):
+    job_id, stale, holder = _held_twice(db)
+    email = f"{uuid.uuid4().hex}@fence.example"
+
+    async def app_code() -> list[str]:
+        refused: list[str] = []
+        conn = await asyncpg.connect(DIRECT_DSN)
+        engine = async_engine()
+        try:
+            for ctx in (stale, holder):
+                try:
+                    async with conn.transaction():
+                        await conn.fetchval(NEW_ORDER_ASYNCPG, email)
+                        await ctx.confirm_fence_async(conn)
+                except leasework.StaleFence:
+                    refused.append(f"asyncpg {ctx.fence}")
+                try:
+                    async with AsyncSession(engine) as session, session.begin():
+                        await session.execute(NEW_ORDER, {"email": email})
+                        await ctx.confirm_fence_async(session)
+                except leasework.StaleFence:
+                    refused.append(f"session {ctx.fence}")
+            with pytest.raises(leasework.FenceUnavailable, match="inside the transaction"):
+                await holder.confirm_fence_async(conn)  # no transaction open
+        finally:
+            await conn.close()
+            await engine.dispose()
+        return refused
+
+    refused = asyncio.run(app_code())
+    assert refused == [f"asyncpg {stale.fence}", f"session {stale.fence}"]
+    found = db.execute("SELECT count(*) AS n FROM shop_orders WHERE email = %s", (email,))
+    assert found.fetchone()["n"] == 2  # the holder's two writes, none of the stale attempt's
+    db.execute("UPDATE jobs SET status = 'cancelled' WHERE id = %s", (job_id,))
+
+
+def test_the_fence_is_refused_in_a_database_without_leaseworks_tables(stack):
+    other = DIRECT_DSN.rsplit("/", 1)[0] + "/postgres"
+    ctx = leasework.JobContext(uuid.uuid4(), "noop", 1, 3, 1, "test")
+    with psycopg.connect(other) as conn:
+        with pytest.raises(leasework.FenceUnavailable, match="no leasework tables"):
+            ctx.confirm_fence(conn)

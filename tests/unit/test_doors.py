@@ -41,7 +41,10 @@ def test_each_drivers_row_reads_as_the_same_inserted():
 
 
 def test_a_connection_that_is_no_door_is_refused_naming_the_doors():
-    with pytest.raises(TypeError, match="psycopg Connection, or a SQLAlchemy Session"):
+    with pytest.raises(
+        TypeError,
+        match="a SQLAlchemy Session or Connection, or a Django connection",
+    ):
         sync_door(object())
     with pytest.raises(TypeError, match="asyncpg Connection"):
         async_door("postgresql://")

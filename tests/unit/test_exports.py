@@ -21,6 +21,7 @@ PUBLIC = {
     "Permanent",
     "Retry",
     "StaleFence",
+    "FenceUnavailable",
     "Status",
     "Unique",
     "UniqueError",

@@ -1,0 +1,231 @@
+"""leasework for Django: a ``django.tasks`` backend whose enqueue is part of your
+``transaction.atomic()`` block, the fence confirmed in Django's own transaction, and the
+worker's app of your tasks.
+
+::
+
+    # settings.py
+    TASKS = {"default": {"BACKEND": "leasework.django.TaskBackend"}}
+
+    # orders/tasks.py
+    from django.tasks import task          # Django 6; the backport: from django_tasks import task
+
+    @task
+    def send_receipt(order_id: int) -> None: ...
+
+    # orders/views.py
+    with transaction.atomic():
+        order = Order.objects.create(...)
+        result = send_receipt.enqueue(order.id)   # one commit: the order and its job, or neither
+
+    # the worker
+    DJANGO_SETTINGS_MODULE=mysite.settings leasework worker --app leasework.django:app
+
+The enqueue runs on Django's own connection (``OPTIONS["DATABASE"]``, default ``default``),
+which must reach leasework's database; ``result.id`` is the job id. How Django's priorities,
+queues, ``run_after`` and states map onto leasework's: :mod:`leasework.django.mapping`.
+``OPTIONS["JOB_TYPES"]`` gives a task leasework's policy by module path (``max_attempts``,
+``timeout``, ``backoff``, ``permanent``, ``runs_in``: ``"process"`` for CPU-bound code), and
+``OPTIONS["DEFAULTS"]`` every task's. Signals: ``task_enqueued`` is sent at the enqueue;
+``task_started`` and ``task_finished`` are not sent (the worker runs no Django signal
+machinery of its own: use leasework's metrics).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.utils import timezone
+
+from leasework.app import App, JobType
+from leasework.context import JobContext
+from leasework.django.api import (
+    BaseTaskBackend,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from leasework.django.mapping import (
+    DJANGO_STATUS,
+    arguments_of,
+    error_parts,
+    leasework_priority,
+    payload_of,
+)
+from leasework.enqueue import enqueue
+from leasework.states import TERMINAL, Status
+
+RESULT_SQL = """SELECT j.type, j.payload, j.status, j.result, j.created_at, j.started_at,
+       j.finished_at, a.workers, a.errors, a.last_started
+  FROM jobs j
+  LEFT JOIN LATERAL (
+       SELECT array_agg(worker ORDER BY attempt) AS workers,
+              array_agg(error ORDER BY attempt) FILTER (WHERE error IS NOT NULL) AS errors,
+              max(started_at) AS last_started
+         FROM attempts WHERE job_id = j.id) a ON true
+ WHERE j.id = %s"""
+
+
+class TaskBackend(BaseTaskBackend):
+    """A ``django.tasks`` backend that enqueues into leasework in Django's transaction."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict) -> None:
+        super().__init__(alias, params)
+        self.database: str = self.options.get("DATABASE", DEFAULT_DB_ALIAS)
+        self.defaults: dict[str, Any] = dict(self.options.get("DEFAULTS", {}))
+        self.policies: dict[str, dict[str, Any]] = dict(self.options.get("JOB_TYPES", {}))
+        self.app = App(f"django:{alias}")  # a job type per task validated (declared) here
+
+    def validate_task(self, task: Task) -> None:
+        """Django's checks, then the task's job type (its policy refused now, at import,
+        rather than at its first enqueue)."""
+        super().validate_task(task)
+        self.job_type(task)
+
+    def job_type(self, task: Task) -> JobType:
+        """The job type of ``task``: its module path, its lane, its policy."""
+        name = task.module_path
+        if (found := self.app.get(name)) is not None:
+            return found
+        from leasework.django.worker import run_async_task, run_task
+
+        policy = {**self.defaults, **self.policies.get(name, {})}
+        is_async = _is_async(task.func)
+        job_type = JobType(
+            name,
+            run_async_task if is_async else run_task,
+            runs_in=policy.pop("runs_in", "asyncio" if is_async else None),
+            **policy,
+        )
+        self.app.add(job_type)
+        return job_type
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Insert the task's job in Django's open transaction (its own, outside
+        ``atomic()``) and return its result, ``READY``, whose id is the job's."""
+        self.validate_task(task)
+        run_after = task.run_after
+        if run_after is not None and timezone.is_naive(run_after):
+            run_after = timezone.make_aware(run_after)
+        job_id = enqueue(
+            connections[self.database],
+            task.module_path,
+            payload_of(args, kwargs),
+            app=self.app,
+            queue=task.queue_name,
+            priority=leasework_priority(task.priority),
+            run_at=run_after,
+        )
+        result = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=datetime.now(UTC),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's result as its job stands (one query on Django's connection)."""
+        try:
+            job_id = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(RESULT_SQL, [str(job_id)])
+            row = cursor.fetchone()
+            if row is None:
+                raise TaskResultDoesNotExist(result_id)
+            names = [column[0] for column in cursor.description]
+        job = dict(zip(names, row, strict=True))
+        from leasework.django.worker import task_of
+
+        task = task_of(job["type"])
+        args, kwargs = arguments_of(_json(job["payload"]))
+        result = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus(DJANGO_STATUS[job["status"]]),
+            enqueued_at=job["created_at"],
+            started_at=job["started_at"],
+            finished_at=job["finished_at"] if Status(job["status"]) in TERMINAL else None,
+            last_attempted_at=job["last_started"],
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[
+                TaskError(exception_class_path=path, traceback=text)
+                for path, text in map(error_parts, job["errors"] or [])
+            ],
+            worker_ids=list(job["workers"] or []),
+        )
+        if job["status"] == "succeeded":
+            object.__setattr__(result, "_return_value", _json(job["result"]))
+        return result
+
+
+def _json(value: Any) -> Any:
+    """A jsonb value as Django's cursor gives it (psycopg decodes it; psycopg2 may not)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _is_async(func: Any) -> bool:
+    return inspect.iscoroutinefunction(func)
+
+
+@contextmanager
+def fenced_atomic(
+    ctx: JobContext | None = None, using: str | None = None, *, durable: bool = True
+) -> Iterator[None]:
+    """``transaction.atomic()`` whose commit happens only while the attempt (``ctx``, by
+    default the running task's: :func:`current_attempt`) holds its fence: at the block's
+    end, as its last statement, :meth:`JobContext.confirm_fence` locks the job's row until
+    the commit and raises :class:`~leasework.StaleFence` (the block rolls back, its writes
+    with it) when a newer attempt, or the reaper, has taken the job. ``durable`` (the
+    default) refuses to nest it in another ``atomic()``, whose commit would come later than
+    the confirmation."""
+    from leasework.django.worker import current_attempt
+
+    attempt = ctx if ctx is not None else current_attempt()
+    alias = using or DEFAULT_DB_ALIAS
+    with transaction.atomic(using=alias, durable=durable):
+        yield
+        attempt.confirm_fence(connections[alias])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # leasework worker --app leasework.django:app
+        from leasework.django.worker import worker_app
+
+        return worker_app()
+    if name == "current_attempt":
+        from leasework.django.worker import current_attempt
+
+        return current_attempt
+    raise AttributeError(f"module 'leasework.django' has no attribute {name!r}")
+
+
+__all__ = ["TaskBackend", "current_attempt", "fenced_atomic"]  # noqa: F822 (lazy)
