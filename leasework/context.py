@@ -14,7 +14,7 @@ from leasework.downstream import Fence
 
 Effect = Callable[[psycopg.Connection], Any]
 
-# the worker name of an attempt leasework.testing runs: a rehearsal, whose job has no row
+# the worker name of an attempt leasework.testing runs (a rehearsal: see JobContext)
 REHEARSAL_WORKER = "leasework.testing"
 
 
@@ -57,6 +57,9 @@ class JobContext:
     payload: Any = None  # the stored JSON, as sent; the handler's argument is the decoded one
     effects: list[Effect] = field(default_factory=list)
     timeout_seconds: float | None = None  # this attempt's own bound (None: not known)
+    # leasework.testing's attempt, whose job has no row: the fence is confirmed as far as the
+    # transaction and the database go, and a Django task leaves the test's connection alone
+    rehearsal: bool = False
     # set when the attempt is cancelled; read by handlers that run outside the worker's loop
     # (a thread can only stop itself); not sent to a child process, which is killed instead
     _cancel: threading.Event = field(
@@ -127,12 +130,6 @@ class JobContext:
         from leasework.doors import confirm_fence_async
 
         await confirm_fence_async(conn, self.job_id, self.fence, rehearsal=self.rehearsal)
-
-    @property
-    def rehearsal(self) -> bool:
-        """Whether :mod:`leasework.testing` runs this attempt (its job has no row: the fence
-        is confirmed as far as the transaction and the database, not the job's row)."""
-        return self.worker == REHEARSAL_WORKER
 
     def fenced(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
         """Run ``fn(conn, *args, **kwargs)`` (``conn`` a psycopg connection, rows as dicts)

@@ -77,7 +77,8 @@ async def run_job(
     needed only by handlers that use ``ctx.fenced``. ``same_thread`` runs a ``thread``- or
     ``process``-lane handler in the calling thread (an ``asyncio`` one on a loop there), so it
     sees what that thread's database connection sees: a Django ``TestCase``'s open
-    transaction. Its timeout is then judged only once it returns (nothing can stop it)."""
+    transaction. Its timeout is then not enforced (nothing can stop it in the calling
+    thread)."""
     (row,) = prepare([job(job_type, payload)], app)
     definition = app.get(job_type)
     assert definition is not None, "prepare() refuses unknown types"
@@ -90,6 +91,7 @@ async def run_job(
         fence=fence,
         worker=REHEARSAL_WORKER,
         payload=stored,
+        rehearsal=True,
     )
     limit = timeout_seconds or definition.timeout_seconds or 300
     handled: HandlerResult | None = None

@@ -162,6 +162,19 @@ def test_django_an_error_after_the_enqueue_rolls_the_job_back_with_the_order(dja
     assert not Order.objects.filter(email="rolled-back@example.com").exists()
 
 
+def test_django_an_error_inside_the_door_rolls_the_callers_atomic_block_back(django_project):
+    from django.db import DatabaseError, connection, transaction
+
+    from examples.django_shop.orders.models import Order
+
+    email = f"{uuid.uuid4().hex}@door.example"
+    with pytest.raises(DatabaseError, match="queue"):
+        with transaction.atomic():
+            Order.objects.create(email=email, total_cents=1)
+            leasework.enqueue(connection, "noop", {}, queue="no-such-queue-django")
+    assert not Order.objects.filter(email=email).exists()
+
+
 def test_django_results_map_leaseworks_states_and_errors(examples_worker, client):
     from examples.django_shop.orders.tasks import OrderMissing, send_receipt
 

@@ -34,6 +34,7 @@ DOORS = (
     "enqueue-one",
     "enqueue-one-sqlalchemy",
     "enqueue-one-asyncpg",
+    "enqueue-one-django",
 )
 LEAN, SHIPPED = "lean", "leasework.AsyncClient"  # the single door's clients
 # the caller's own table for the web-app pattern (an order row and its job in one transaction)
@@ -263,6 +264,67 @@ def _enqueue_asyncpg(
     return Submitted(first, max(ends, default=first), jobs, late[0])
 
 
+class _ThreadsOwn:
+    """A lane's stand-in for a connection it does not hold (Django's is per thread)."""
+
+    def close(self) -> None:
+        pass
+
+
+def _django_configured(dsn: str) -> None:
+    """Django set up in this process on ``dsn`` (once; nothing of a project: the door alone)."""
+    import django
+    from django.conf import settings
+    from psycopg.conninfo import conninfo_to_dict
+
+    if settings.configured:
+        return
+    params = conninfo_to_dict(dsn)
+    settings.configure(
+        USE_TZ=True,
+        DATABASES={
+            "default": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": params.get("dbname"),
+                "USER": params.get("user", ""),
+                "PASSWORD": params.get("password", ""),
+                "HOST": params.get("host", ""),
+                "PORT": params.get("port", ""),
+            }
+        },
+    )
+    django.setup()
+
+
+def _enqueue_django(
+    door: Door, dsn: str, tag: str, jobs: int, due: Callable[[int], float] | None
+) -> Submitted:
+    """``enqueue-one`` through Django: each thread's own Django connection, the caller's row
+    and its job in one ``transaction.atomic()``."""
+    _django_configured(dsn)
+    from django.db import connection, transaction
+
+    lanes = min(door.concurrency, jobs)
+    ends: list[float] = []
+    late = [0]
+
+    def lane(k: int, _: object) -> None:
+        try:
+            for i in range(k, jobs, lanes):
+                time.sleep(_pace(due, i, late))
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute(ORDER_INSERT, [tag, i])
+                    leasework.enqueue(connection, "noop", _payload(tag, i))
+            ends.append(time.time())
+        finally:
+            connection.close()  # this thread's
+
+    first = time.time()
+    # each lane's connection is its thread's own Django one, closed by the lane
+    run_lanes(lane, [_ThreadsOwn() for _ in range(lanes)], "enqueue through Django")  # type: ignore[arg-type]
+    return Submitted(first, max(ends, default=first), jobs, late[0])
+
+
 def submit(
     door: Door,
     *,
@@ -280,6 +342,8 @@ def submit(
         return _enqueue_sqlalchemy(door, dsn, tag, jobs, due)
     if door.name == "enqueue-one-asyncpg":
         return _enqueue_asyncpg(door, dsn, tag, jobs, due)
+    if door.name == "enqueue-one-django":
+        return _enqueue_django(door, dsn, tag, jobs, due)
     if door.name in ("single", "batch"):
         if door.name == "single" and door.chunk != 1:
             door = Door(door.name, 1, door.concurrency, door.client)

@@ -16,8 +16,9 @@ Rows, in this order (``--rows`` picks some):
   to finish (no throughput);
 * ``enqueue-one``: the web-app pattern, a row of the caller's own and its job in one
   transaction (``leasework.enqueue``), 16 connections; ``enqueue-one-sqlalchemy`` and
-  ``enqueue-one-asyncpg`` (on request) the same through a SQLAlchemy ``Session`` (psycopg
-  driver, 16 threads) and through asyncpg (16 connections on one asyncio loop);
+  ``enqueue-one-asyncpg`` and ``enqueue-one-django`` (on request) the same through a
+  SQLAlchemy ``Session`` (psycopg driver, 16 threads), through asyncpg (16 connections on one
+  asyncio loop) and through Django's connection in ``transaction.atomic()`` (16 threads);
 * ``proxied-batch`` (and ``proxied-single``, ``proxied-enqueue`` on request): the same with
   the stack's normal links, through Toxiproxy;
 * ``unaudited-batch`` (and ``unaudited-single`` on request): ``batch`` with the relay's
@@ -110,6 +111,7 @@ ROWS = (
     "enqueue-one",
     "enqueue-one-sqlalchemy",
     "enqueue-one-asyncpg",
+    "enqueue-one-django",
     "proxied-single",
     "proxied-batch",
     "proxied-enqueue",
