@@ -140,7 +140,7 @@ from chaos.scenario import (
 from chaos.unique_keys import DOORS
 from devstack.layout import EXTRA_RELAYS
 from examples.shop.guard import MailGuard
-from leasework.schedule import ScheduleError
+from leasework.schedules import ScheduleError
 
 
 class ScenarioError(ValueError):

@@ -19,7 +19,7 @@ from leasework.config import (
     UNSAFE_SCHEDULER_CONFIRMATION,
     UNSAFE_SCHEDULER_VARIABLE,
 )
-from leasework.schedule import Definition
+from leasework.schedules import Definition
 
 # the stack's own relay; a scenario may name it, or EXTRA_RELAYS, in [[relays]]
 STACK_RELAY = "relay"

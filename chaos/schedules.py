@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from chaos.scenario import ScheduleSpec
 from chaos.ticks import ScheduleWindow
 from devstack.layout import POSTGRES_DIRECT_DSN
-from leasework.schedule import Definition
+from leasework.schedules import Definition
 from leasework.store.schedules import (
     schedule_create,
     schedule_delete,

@@ -47,7 +47,7 @@ from typing import Any
 
 from chaos.checker import UNKNOWN, Checked, Finding, Validity
 from chaos.rows import EFFECT_KINDS, as_datetime
-from leasework.schedule import CatchUp, Definition, Overlap, SkipReason
+from leasework.schedules import CatchUp, Definition, Overlap, SkipReason
 from leasework.states import TERMINAL, WAITING, Status
 
 # more nominal ticks than this in one window is a harness error, not a run

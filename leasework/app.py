@@ -35,13 +35,14 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from leasework import priorities, queues
+from leasework import queues
 from leasework.errors import AppError, AppLoadError, FieldError, Permanent
 from leasework.job import MAX_ATTEMPTS, MAX_TIMEOUT_SECONDS, TYPE_NAME_PATTERN
 from leasework.jsonlimits import whole_numbers
 from leasework.lanes import Lane, lane_of
+from leasework.queues import priorities
 from leasework.rates import Rate, parse_rate
-from leasework.schedule import DEFAULT_GRACE, CatchUp, Definition, Overlap, ScheduleError
+from leasework.schedules import DEFAULT_GRACE, CatchUp, Definition, Overlap, ScheduleError
 from leasework.unique import Unique, fields_errors, schema_properties
 
 _UNSET: Any = object()
@@ -156,7 +157,7 @@ class JobType:
         self.queue = queue  # None: the default queue
         if priority is not None and (problem := priorities.priority_error(priority)) is not None:
             raise AppError(f"{self.name}: priority {priority!r} {problem}")
-        self.priority = priority  # None: the highest, 0 (leasework.priorities)
+        self.priority = priority  # None: the highest, 0 (leasework.queues.priorities)
 
     def _set_limits(
         self,

@@ -12,8 +12,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from leasework import audit_cli, config, queue_cli, schedule_cli, token_cli
+from leasework import config
+from leasework.audit import commands as audit_cli
+from leasework.queues import commands as queue_cli
+from leasework.schedules import commands as schedule_cli
 from leasework.states import RETRYABLE
+from leasework.tokens import commands as token_cli
 
 if TYPE_CHECKING:  # the client (httpx) is imported only by the commands that talk to the api
     from leasework.client import ApiError, Client

@@ -8,27 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
 from leasework.downstream import Fence
-
-Effect = Callable[[psycopg.Connection], Any]
+from leasework.effects import Effect, EffectCall
 
 # the worker name of an attempt leasework.testing runs (a rehearsal: see JobContext)
 REHEARSAL_WORKER = "leasework.testing"
-
-
-@dataclass(frozen=True)
-class EffectCall:
-    """``fn(conn, *args, **kwargs)``: an effect queued with its arguments, which pickles
-    when ``fn`` is a module-level function (the process lane sends effects back this way)."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def __call__(self, conn: psycopg.Connection) -> Any:
-        return self.fn(conn, *self.args, **self.kwargs)
 
 
 class Cancelled(Exception):

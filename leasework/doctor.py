@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from leasework.config import Settings, masked
-from leasework.priorities import band_topics
 from leasework.queues import DEFAULT as DEFAULT_QUEUE
+from leasework.queues.priorities import band_topics
 
 log = logging.getLogger("leasework.doctor")
 
@@ -86,7 +86,7 @@ class TopicFacts:
     replication: int = 0  # the smallest replica count of any partition
     min_insync: int | None = None  # None: could not be read
     # the ready and dead-letter topics must exist; a queue's band topics are made by a worker
-    # serving the queue (leasework.queue_ops), so one missing only warns
+    # serving the queue (leasework.queues.operations), so one missing only warns
     required: bool = True
     # the settings that make Kafka drop unconsumed records (None: could not be read)
     unclean_election: bool | None = None

@@ -56,7 +56,7 @@ class Job:
     unique_states: int | None = None
     # the named queue it waits in (leasework.queues): its Kafka topic and its workers
     queue: str = "default"
-    # its priority within the queue (leasework.priorities): 0, the highest, to 3
+    # its priority within the queue (leasework.queues.priorities): 0, the highest, to 3
     priority: int = 0
     # the start a rate limit reserved for it (leasework.rates), until the stamp starts it
     rate_slot_at: datetime | None = None

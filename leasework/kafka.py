@@ -22,7 +22,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from leasework.priorities import band_consumer_group, band_of_topic
+from leasework.queues.priorities import band_consumer_group, band_of_topic
 
 Properties = Sequence[tuple[str, str]]  # further librdkafka properties (Settings.kafka_properties)
 
@@ -280,7 +280,7 @@ def bands_positions(
     admin: AdminClient, base_topic: str, base_group: str, timeout: float = 5.0
 ) -> list[BandPositions]:
     """Every band of every queue on the cluster (the topics whose names
-    :func:`leasework.priorities.band_of_topic` reads as a queue's band), each measured from
+    :func:`leasework.queues.priorities.band_of_topic` reads as a queue's band), each measured from
     outside its consumer group, so that workers cut off from Kafka still show up. The
     requests: the cluster's metadata, the topics' ids, one offset fetch per band's group (the
     admin API takes one group a call; they are sent together), and the log start and high

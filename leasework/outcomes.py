@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from leasework.backoff import retry_or_dead
-from leasework.context import Effect
+from leasework.effects import Effect
 from leasework.job import Job
 from leasework.states import Status
 

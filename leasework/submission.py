@@ -24,7 +24,7 @@ from leasework.job import (
     MAX_TIMEOUT_SECONDS,
     TYPE_NAME_PATTERN,
 )
-from leasework.priorities import priority_error
+from leasework.queues.priorities import priority_error
 from leasework.unique import Unique, payload_errors
 
 MAX_BATCH = 1000

@@ -19,8 +19,8 @@ import trio
 
 from devstack.layout import POSTGRES_DIRECT_DSN
 from leasework.operations import Actor
-from leasework.queue_ops import set_paused
 from leasework.queues import DEFAULT, name_error
+from leasework.queues.operations import set_paused
 
 if TYPE_CHECKING:
     from chaos.nemeses.base import Hands

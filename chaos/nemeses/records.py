@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from chaos.nemeses.base import Fault, Hands, NemesisError, Param
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
-from leasework.priorities import band_consumer_group, band_of_topic
+from leasework.queues.priorities import band_consumer_group, band_of_topic
 
 if TYPE_CHECKING:
     from chaos.nemesis import Injection

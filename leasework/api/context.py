@@ -11,8 +11,8 @@ from quart import current_app, request
 
 from leasework.api.groupcommit import GroupCommit
 from leasework.api.guard import principal_of
+from leasework.api.known_queues import KnownQueues
 from leasework.api.limits import BodyLimits
-from leasework.api.queues import KnownQueues
 from leasework.app import App
 from leasework.config import Settings
 from leasework.db import Database

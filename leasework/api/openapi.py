@@ -29,8 +29,8 @@ from leasework.api.routes import ROUTES
 from leasework.api.routing import Route
 from leasework.app import App, JobType
 from leasework.operations import API_BODY, BULK_RETRY_LIMIT
-from leasework.priorities import HIGHEST, LOWEST
 from leasework.queues import DEFAULT
+from leasework.queues.priorities import HIGHEST, LOWEST
 from leasework.states import RETRYABLE, Status
 from leasework.submission import MAX_ATTEMPTS, MAX_DELAY_SECONDS, MAX_TIMEOUT_SECONDS
 

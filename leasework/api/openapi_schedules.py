@@ -23,8 +23,8 @@ from leasework.api.schedules import (
     MAX_TICKS_SHOWN,
 )
 from leasework.app import App, JobType
-from leasework.schedule import CatchUp, Overlap, SkipReason
-from leasework.schedule_ops import MAX_BACKFILL, MAX_CRON_CHARS, MAX_TIMEZONE_CHARS
+from leasework.schedules import CatchUp, Overlap, SkipReason
+from leasework.schedules.operations import MAX_BACKFILL, MAX_CRON_CHARS, MAX_TIMEZONE_CHARS
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": TYPE_NAME}
 _TIME = {"type": "string", "format": "date-time"}

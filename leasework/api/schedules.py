@@ -1,6 +1,6 @@
 """The api's schedule endpoints: list and show (``read``), and the operators' create, pause,
 resume, trigger, backfill and delete (the scope of cancel and retry), which are
-:mod:`leasework.schedule_ops`' (the console calls the same) and differ here only in how
+:mod:`leasework.schedules.operations`' (the console calls the same) and differ here only in how
 their answer is rendered."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 import psycopg
 from quart import request
 
-from leasework import schedule_ops
 from leasework.api.bodies import invalid, json_body
 from leasework.api.context import ApiContext, caller
 from leasework.api.problems import Problem
 from leasework.errors import FieldError
-from leasework.schedule import NAME_PATTERN, Definition
+from leasework.schedules import NAME_PATTERN, Definition
+from leasework.schedules import operations as schedule_ops
 from leasework.store import schedules as store
 from leasework.submission import parse_run_at
 

@@ -22,8 +22,8 @@ from quart import request
 from leasework import metrics, store
 from leasework.api.bodies import invalid, off_loop, parse_body
 from leasework.api.context import ApiContext
+from leasework.api.known_queues import queue_of
 from leasework.api.problems import Problem
-from leasework.api.queues import queue_of
 from leasework.api.validation import batch_requests, job_request
 from leasework.errors import FieldError
 from leasework.jsonlimits import MAX_BATCH_STRUCTURE, compact

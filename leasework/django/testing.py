@@ -27,8 +27,8 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from leasework.django import TaskBackend
 from leasework.django.api import Task
+from leasework.django.backend import TaskBackend
 from leasework.django.mapping import payload_of
 from leasework.testing import JobRun, run_job_sync
 

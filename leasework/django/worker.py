@@ -26,11 +26,10 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from django.utils.module_loading import autodiscover_modules, import_string
 
-from leasework.app import App
 from leasework.context import Cancelled, JobContext
 from leasework.django.api import Task, TaskContext, TaskResult, TaskResultStatus
 from leasework.django.mapping import arguments_of, raised_text
-from leasework.errors import AppLoadError, Permanent, Retry, StaleFence
+from leasework.errors import Permanent, Retry, StaleFence
 
 # what a task may raise that leasework judges as it is (not wrapped: not the task's failure,
 # or a retry it asked for)
@@ -178,36 +177,3 @@ def set_up_django() -> None:
     if not apps.ready:
         django.setup()
     autodiscover_modules("tasks")
-
-
-def worker_app() -> App:
-    """The app of every task of every leasework backend in ``settings.TASKS``."""
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
-
-    from leasework.django import TaskBackend
-    from leasework.django.api import task_backends
-
-    try:
-        set_up_django()
-    except ImproperlyConfigured as exc:
-        raise AppLoadError(
-            f"leasework.django:app cannot set Django up ({exc}); set DJANGO_SETTINGS_MODULE "
-            "to your project's settings, as for manage.py"
-        ) from exc
-    merged = App("django")
-    for alias in getattr(settings, "TASKS", {}) or {}:
-        backend = task_backends[alias]
-        if isinstance(backend, TaskBackend):
-            for job_type in backend.app:
-                if job_type.name not in merged:
-                    merged.add(job_type)
-    if not len(merged):
-        raise AppLoadError(
-            "leasework.django:app found no task of a leasework backend: set TASKS = "
-            '{"default": {"BACKEND": "leasework.django.TaskBackend"}} in your settings and '
-            "define tasks with @task in an installed app's tasks.py"
-        )
-    if any(job_type.lane == "process" for job_type in merged):
-        merged.on_lane_start("process")(set_up_django)  # each child, once
-    return merged

@@ -8,7 +8,7 @@ import json
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from leasework.doors import LEASEWORK_HERE_TEXT, checked
+from leasework.doors.statements import LEASEWORK_HERE_TEXT, checked
 from leasework.store import Inserted
 
 INSERT = "SELECT * FROM leasework_jobs_insert($1::jsonb, $2) ORDER BY ord"

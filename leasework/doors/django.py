@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from leasework.doors import (
+from leasework.doors.statements import (
     FENCE_TEXT,
     JOBS_INSERT_TEXT,
     LEASEWORK_HERE_TEXT,

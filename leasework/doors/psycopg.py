@@ -12,7 +12,7 @@ from psycopg.rows import tuple_row
 
 from leasework import store
 from leasework.db import savepoint, savepoint_async
-from leasework.doors import FENCE_TEXT, LEASEWORK_HERE_TEXT
+from leasework.doors.statements import FENCE_TEXT, LEASEWORK_HERE_TEXT
 from leasework.store import Inserted
 
 SAVEPOINT = "leasework_enqueue"

@@ -15,7 +15,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from leasework.doors import (
+from leasework.doors.statements import (
     FENCE_TEXT,
     JOBS_INSERT_TEXT,
     LEASEWORK_HERE_TEXT,

@@ -2,7 +2,7 @@
 
 Each pass locks the schedules due on this relay's clock (``FOR UPDATE SKIP LOCKED``: any
 number of relays run it side by side, and none is a leader that matters), plans each with
-:func:`leasework.schedule.plan` (catch-up and overlap policies), records every tick it
+:func:`leasework.schedules.plan` (catch-up and overlap policies), records every tick it
 handles in ``schedule_ticks`` (unique on schedule and nominal instant) with a job for each
 fired one, and moves the schedule's next fire time on by compare-and-set, all in one
 transaction (:func:`leasework.store.schedules.schedules_fire_due`). A fired tick's job runs
@@ -34,7 +34,7 @@ from leasework import metrics
 from leasework.config import Settings
 from leasework.db import Database
 from leasework.relay.service import Backoff, Pass, run_passes
-from leasework.schedule import Plan, plan
+from leasework.schedules import Plan, plan
 from leasework.store.schedules import (
     Handled,
     Raced,

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from leasework.schedule import CatchUp, Definition, Overlap, Plan, SkipReason
+from leasework.schedules import CatchUp, Definition, Overlap, Plan, SkipReason
 from leasework.states import Status
 from leasework.store.common import Row
 from leasework.store.submit import jobs_insert

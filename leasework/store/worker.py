@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from leasework.context import Effect
 from leasework.db import savepoint
+from leasework.effects import Effect
 from leasework.job import Job
 from leasework.outcomes import Completion, Outcome
 from leasework.queues import HELD_UNTIL, LIMIT_LOCK, PAUSE_LOCK

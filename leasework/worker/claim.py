@@ -42,7 +42,7 @@ from leasework.app import App
 from leasework.db import Database
 from leasework.job import Job
 from leasework.lease import Claim, Leases
-from leasework.priorities import HIGHEST
+from leasework.queues.priorities import HIGHEST
 from leasework.ratelimit import RateLimits
 from leasework.rates import Rate, limit_key
 from leasework.service import Stopping

@@ -37,11 +37,7 @@ from confluent_kafka import (
 )
 
 from leasework import metrics
-from leasework.config import Settings
-from leasework.kafka import client_config
 from leasework.pacing import Pacer
-from leasework.priorities import HIGHEST, band_consumer_group
-from leasework.queues import DEFAULT
 from leasework.service import Stopping
 from leasework.worker.offsets import Offsets
 from leasework.worker.slots import Slots
@@ -52,7 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("leasework.worker.consumer")
 
 MAX_POLL = 500  # messages per consume() call, at most
-LOWER_BAND_FETCH_WAIT_MS = 3000  # a lower priority band's long poll (see consumer_config)
 GATHER = 0.02  # seconds between the hand-offs of two batches, at least (an upper bound on waiting)
 
 
@@ -69,44 +64,9 @@ class Consumed:
     generation: int = 0  # the feed's consumer it came through (Offsets.generation)
 
 
-def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHEST) -> dict:
-    """The consumer of ``queue``'s topic of priority ``band``, in the band's own group."""
-    config = {
-        "group.id": band_consumer_group(settings.consumer_group, queue, band),
-        # offsets are stored by the worker once a job's outcome is durable, and committed
-        # by librdkafka in the background (plus synchronously on revoke and shutdown)
-        "enable.auto.commit": True,
-        "enable.auto.offset.store": False,
-        "auto.commit.interval.ms": 1000,
-        # no silent jump: a partition without a usable committed offset stops with an
-        # _AUTO_OFFSET_RESET event, which OffsetResets logs, counts and resumes at the log
-        # start (``earliest`` did the same without a word, over records Kafka had deleted)
-        "auto.offset.reset": "error",
-        "session.timeout.ms": 10_000,
-        "heartbeat.interval.ms": 2_000,
-        "max.poll.interval.ms": 300_000,
-        "socket.connection.setup.timeout.ms": 5_000,
-        "reconnect.backoff.max.ms": 2_000,
-        # an idle partition waits on the broker (long poll), not in a tight fetch loop; a
-        # message that arrives ends the wait at once (fetch.min.bytes 1), so neither
-        # setting costs a lone job anything: a larger fetch.min.bytes would hold it for up
-        # to fetch.wait.max.ms, and batches grow by themselves under load (the relay puts a
-        # pass on few partitions, leasework.relay.placement)
-        "fetch.min.bytes": 1,
-        "fetch.wait.max.ms": 500,
-    }
-    if band != HIGHEST:
-        # a lower band is idle most of the time: its long polls wait longer, so that each
-        # idle band costs the brokers a fetch per broker every 3 s, not every half second
-        # (a message that arrives still ends the wait at once)
-        config["fetch.wait.max.ms"] = LOWER_BAND_FETCH_WAIT_MS
-    base = client_config(settings.kafka_brokers, settings.process_name)
-    return {**base, **config, **dict(settings.kafka_properties)}
-
-
 class PauseSwitch:
     """Stops and restarts fetching a consumer's whole assignment as its queue is paused and
-    resumed (:mod:`leasework.queue_ops`). Used in the receiving thread only. While paused it
+    resumed (:mod:`leasework.queues.operations`). Used in the receiving thread only. While paused it
     pauses the assignment before every poll (a rebalance may have assigned more); librdkafka
     drops what it prefetched and, resumed, fetches again from what was consumed."""
 

@@ -23,15 +23,51 @@ from confluent_kafka import Consumer
 
 from leasework import metrics
 from leasework.config import Settings
-from leasework.priorities import HIGHEST
+from leasework.kafka import client_config
 from leasework.queues import DEFAULT
-from leasework.worker.consumer import consumer_config
+from leasework.queues.priorities import HIGHEST, band_consumer_group
 from leasework.worker.offsets import Offsets
 from leasework.worker.topic_watch import TopicWatch, recreated
 
 log = logging.getLogger("leasework.worker.feed")
 
+LOWER_BAND_FETCH_WAIT_MS = 3000  # a lower priority band's long poll (see consumer_config)
 CLOSE_TIMEOUT = 30.0  # seconds a replaced consumer has to leave its group before it is left
+
+
+def consumer_config(settings: Settings, queue: str = DEFAULT, band: int = HIGHEST) -> dict:
+    """The consumer of ``queue``'s topic of priority ``band``, in the band's own group."""
+    config = {
+        "group.id": band_consumer_group(settings.consumer_group, queue, band),
+        # offsets are stored by the worker once a job's outcome is durable, and committed
+        # by librdkafka in the background (plus synchronously on revoke and shutdown)
+        "enable.auto.commit": True,
+        "enable.auto.offset.store": False,
+        "auto.commit.interval.ms": 1000,
+        # no silent jump: a partition without a usable committed offset stops with an
+        # _AUTO_OFFSET_RESET event, which OffsetResets logs, counts and resumes at the log
+        # start (``earliest`` did the same without a word, over records Kafka had deleted)
+        "auto.offset.reset": "error",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 2_000,
+        "max.poll.interval.ms": 300_000,
+        "socket.connection.setup.timeout.ms": 5_000,
+        "reconnect.backoff.max.ms": 2_000,
+        # an idle partition waits on the broker (long poll), not in a tight fetch loop; a
+        # message that arrives ends the wait at once (fetch.min.bytes 1), so neither
+        # setting costs a lone job anything: a larger fetch.min.bytes would hold it for up
+        # to fetch.wait.max.ms, and batches grow by themselves under load (the relay puts a
+        # pass on few partitions, leasework.relay.placement)
+        "fetch.min.bytes": 1,
+        "fetch.wait.max.ms": 500,
+    }
+    if band != HIGHEST:
+        # a lower band is idle most of the time: its long polls wait longer, so that each
+        # idle band costs the brokers a fetch per broker every 3 s, not every half second
+        # (a message that arrives still ends the wait at once)
+        config["fetch.wait.max.ms"] = LOWER_BAND_FETCH_WAIT_MS
+    base = client_config(settings.kafka_brokers, settings.process_name)
+    return {**base, **config, **dict(settings.kafka_properties)}
 
 
 class Feed:

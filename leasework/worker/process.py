@@ -55,9 +55,9 @@ from leasework.db import Database
 from leasework.kafka import client_config
 from leasework.lease import Leases
 from leasework.outcomes import RetryDefaults
-from leasework.priorities import HIGHEST, LEVELS, band_topic, band_topics
-from leasework.queue_ops import ensure_queues, paused_queues
 from leasework.queues import DEFAULT
+from leasework.queues.operations import ensure_queues, paused_queues
+from leasework.queues.priorities import HIGHEST, LEVELS, band_topic, band_topics
 from leasework.ratelimit import RateLimits
 from leasework.service import Stopping
 from leasework.worker.attempt import Executor

@@ -4,10 +4,10 @@ for redelivery). Every job in flight, whether claiming, running or waiting for i
 write, holds one, so at most ``worker_concurrency`` of a queue's jobs are in flight; the
 drain waits until none is held.
 
-The queue's priority bands (:mod:`leasework.priorities`) share its slots. A band's consumer
+The queue's priority bands (:mod:`leasework.queues.priorities`) share its slots. A band's consumer
 takes slots for the messages it has received (:meth:`Slots.take`); when none is free it
 waits, and a freed slot goes to the waiting band of the highest priority, a band rising one
-level per :data:`~leasework.priorities.AGING` seconds it has waited, so that under a flood of
+level per :data:`~leasework.queues.priorities.AGING` seconds it has waited, so that under a flood of
 high-priority jobs a low band is still served (in arrival order once it has risen to the
 top). No slot is held while a consumer waits for Kafka: an idle band never keeps another's
 slots.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from leasework.priorities import AGING, HIGHEST
+from leasework.queues.priorities import AGING, HIGHEST
 
 
 @dataclass

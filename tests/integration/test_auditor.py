@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 
 from leasework import store
 from leasework.audit import Kind, attempt_row, finished_job
-from leasework.audit_cli import audit_window
+from leasework.audit.commands import audit_window
 from leasework.outcomes import Completion, Outcome
 from leasework.relay.auditor import AuditorConfig, audit_pass
 from leasework.states import TERMINAL, Status

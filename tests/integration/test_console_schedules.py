@@ -19,9 +19,9 @@ import pytest
 from playwright.sync_api import BrowserContext, Page
 from psycopg.rows import dict_row
 
-from leasework import schedule_ops
 from leasework.operations import Actor
-from leasework.schedule import Definition
+from leasework.schedules import Definition
+from leasework.schedules import operations as schedule_ops
 from tests.integration import test_console
 from tests.integration.conftest import API_URL, DIRECT_DSN
 from tests.integration.test_console import login, shot

@@ -235,7 +235,7 @@ def lossy_topics(stack):
 
     admin = _admin()
     base = f"doctor.lossy-{os.getpid()}"
-    band = f"{base}.default.p2"  # leasework.priorities.band_topic(base, "default", 2)
+    band = f"{base}.default.p2"  # leasework.queues.priorities.band_topic(base, "default", 2)
     good = {"min.insync.replicas": "2", "retention.ms": "-1"}
     specs = [
         NewTopic(base, 12, 3, config=good),

@@ -15,9 +15,9 @@ from leasework import queues
 from leasework.app import load_app
 from leasework.audit import Kind
 from leasework.delivery_marks import Reason as LostRecordReason
-from leasework.priorities import LEVELS
+from leasework.queues.priorities import LEVELS
 from leasework.relay.pruner import Retention
-from leasework.schedule import SkipReason as TickSkipReason
+from leasework.schedules import SkipReason as TickSkipReason
 from leasework.states import Status
 from leasework.worker.claim import SkipReason
 from leasework.worker.consumer import RESET_REASONS

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
 from leasework import config
-from leasework.priorities import HIGHEST, band_consumer_group
+from leasework.queues.priorities import HIGHEST, band_consumer_group
 from leasework.service import Stopping
 from leasework.worker.consumer import Consumed, consume
 from leasework.worker.feed import Feed

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from chaos.promql import scrape
 from leasework.client import ApiError
 from leasework.enqueue import enqueue
-from leasework.priorities import band_topics
+from leasework.queues.priorities import band_topics
 from tests.integration.conftest import DIRECT_DSN, delete_jobs, wait_for, wait_status
 
 BROKERS = "127.0.0.1:19092,127.0.0.1:29092,127.0.0.1:39092"

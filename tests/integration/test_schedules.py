@@ -14,7 +14,7 @@ import trio
 from chaos.promql import scrape
 from leasework.db import Database
 from leasework.relay.scheduler import Scheduler, SchedulerConfig
-from leasework.schedule import CatchUp, Definition
+from leasework.schedules import CatchUp, Definition
 from leasework.store import schedules as sched
 from tests.integration.conftest import DIRECT_DSN, wait_for
 

@@ -23,8 +23,8 @@ from leasework.demo import app as demo_app
 from leasework.lease import Leases, lease_key
 from leasework.operations import Actor
 from leasework.outcomes import Completion, Outcome
-from leasework.queue_ops import set_paused
 from leasework.queues import HELD_UNTIL
+from leasework.queues.operations import set_paused
 from leasework.redisconn import RedisTarget
 from leasework.states import Status
 from leasework.worker.claim import Claimer, Skip

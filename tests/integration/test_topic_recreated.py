@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 from devstack.layout import KAFKA_DIRECT_BOOTSTRAP
 from leasework.kafka import BlockingPublisher
-from leasework.priorities import HIGHEST
+from leasework.queues.priorities import HIGHEST
 from leasework.service import Stopping
 from leasework.worker.consumer import Consumed, consume
 from leasework.worker.feed import Feed

@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 
 import leasework
 from leasework import App, JobContext, Unique
-from leasework.schedule import Definition, SkipReason
+from leasework.schedules import Definition, SkipReason
 from leasework.states import Status
 from leasework.store import schedules as sched
 from tests.integration.conftest import API_URL, DIRECT_DSN, auth, delete_jobs, wait_for

@@ -38,7 +38,7 @@ from leasework.audit import (
     started_within_each,
     stuck_queued,
 )
-from leasework.audit_cli import parse_moment
+from leasework.audit.commands import parse_moment
 from leasework.states import Status
 
 NOW = datetime(2026, 12, 4, 8, 0, tzinfo=UTC)

@@ -235,7 +235,7 @@ def test_passwords_are_masked_in_urls_and_connection_strings():
 
 def test_librdkafka_properties_pass_through_to_every_kafka_client():
     from leasework.kafka import producer_config
-    from leasework.worker.consumer import consumer_config
+    from leasework.worker.feed import consumer_config
 
     settings = load(
         "worker",

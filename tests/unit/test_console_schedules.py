@@ -15,7 +15,7 @@ from leasework.api.console.schedules import (
 )
 from leasework.demo import app
 from leasework.errors import FieldError
-from leasework.schedule import Definition
+from leasework.schedules import Definition
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 FIELDS = ("name", "type", "cron", "payload", "timezone")

@@ -18,10 +18,10 @@ from leasework.worker.consumer import (
     OUT_OF_RANGE,
     RESET_MESSAGES,
     RESET_REASONS,
-    consumer_config,
     judge_reset,
     known_start,
 )
+from leasework.worker.feed import consumer_config
 
 # as librdkafka words them (rdkafka_partition.c, rdkafka_fetcher.c, rdkafka_offset.c)
 NO_OFFSET = "no previously committed offset available: Local: No offset stored"

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from leasework.doors import async_door, inserted, sync_door
+from leasework.doors import async_door, sync_door
+from leasework.doors.statements import inserted
 from leasework.states import Status
 
 

@@ -15,7 +15,7 @@ from leasework.app import App, AppError
 from leasework.client import batch_item, submit_body
 from leasework.enqueue import job as enqueue_job
 from leasework.job import Job
-from leasework.priorities import (
+from leasework.queues.priorities import (
     band_consumer_group,
     band_group,
     band_of_topic,

@@ -8,8 +8,8 @@ from pydantic import BaseModel
 
 from leasework.app import App, AppError
 from leasework.config import ConfigError, load
-from leasework.queue_ops import Actor, QueueError, set_concurrency
 from leasework.queues import consumer_group, name_error, parse_queues, ready_topic
+from leasework.queues.operations import Actor, QueueError, set_concurrency
 from leasework.submission import Defaults, JobRequest, insert_row, request_errors
 from leasework.worker.process import served_queues
 

@@ -1,4 +1,4 @@
-"""leasework.schedule: ticks across daylight-saving changes in two zones, the catch-up and
+"""leasework.schedules: ticks across daylight-saving changes in two zones, the catch-up and
 overlap policies, and clear refusals, all on a fake clock (instants passed in)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leasework.schedule import (
+from leasework.schedules import (
     MAX_DROPPED_COUNTED,
     CatchUp,
     Cron,
@@ -188,7 +188,7 @@ def test_a_pass_looks_at_a_bounded_number_of_ticks_and_counts_the_rest():
 
 
 def test_a_definition_is_checked_when_made():
-    from leasework.schedule import Definition
+    from leasework.schedules import Definition
 
     with pytest.raises(ScheduleError, match="schedule name"):
         Definition(name="no spaces", type="noop", cron="* * * * *")

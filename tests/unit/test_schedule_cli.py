@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from leasework import schedule_cli
 from leasework.cli import API_COMMANDS, build_parser, main
+from leasework.schedules import commands as schedule_cli
 
 
 def parse(*argv: str):

@@ -1,4 +1,5 @@
-"""leasework.schedule_ops without I/O: a create's body read strictly into a Definition (every
+"""leasework.schedules.operations without I/O: a create's body read strictly into a Definition
+(every
 refusal names its field and says what to write), a backfill's range checked, and the ticks of
 a range bounded before anything is written; Cron.between, which the bound rests on."""
 
@@ -8,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leasework import demo, schedule_ops
+from leasework import demo
 from leasework.errors import FieldError
-from leasework.schedule import CatchUp, Cron, Definition, Overlap
-from leasework.schedule_ops import (
+from leasework.schedules import CatchUp, Cron, Definition, Overlap
+from leasework.schedules import operations as schedule_ops
+from leasework.schedules.operations import (
     MAX_BACKFILL,
     TooManyTicks,
     backfill_range,

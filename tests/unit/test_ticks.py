@@ -19,7 +19,7 @@ from chaos.ticks import (
     check_ticks,
     skip_problem,
 )
-from leasework.schedule import Definition
+from leasework.schedules import Definition
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 EVERY_SECOND = Definition(

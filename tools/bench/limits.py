@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 
 import leasework
 from chaos.limits import most_in_window
-from leasework.queue_ops import Actor, set_concurrency
+from leasework.queues.operations import Actor, set_concurrency
 
 KEY_LIMIT, KEYS, KEYED_JOBS = 2, 8, 400
 QUEUE, QUEUE_CAP, QUEUE_JOBS = "emails", 3, 150

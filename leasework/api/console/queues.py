@@ -1,7 +1,8 @@
 """The console's queues: the list (``/ui/queues``: each queue's waiting, running and held
 jobs, its oldest waiting job, its throughput and whether it is paused) and its actions, pause
 and resume, and its cap (concurrency across all workers). Every change is
-:func:`leasework.queue_ops.set_paused` or :func:`~leasework.queue_ops.set_concurrency` (the
+:func:`leasework.queues.operations.set_paused` or
+:func:`~leasework.queues.operations.set_concurrency` (the
 api and the CLI call the same functions, so the doors cannot drift), allowed as the api's
 twin allows (``cancel``) and, as every console action, asked twice: a GET shows a
 confirmation page (for a cap, its form) and changes nothing, a POST does it and redirects to
@@ -19,8 +20,8 @@ from quart import Response, g, redirect, request, url_for
 
 from leasework import operations
 from leasework.api.console.errors import ConsoleError
-from leasework.queue_ops import QueueState, queues_list, set_concurrency, set_paused
 from leasework.queues import name_error
+from leasework.queues.operations import QueueState, queues_list, set_concurrency, set_paused
 
 if TYPE_CHECKING:
     from leasework.api.console.routes import Console

@@ -2,7 +2,8 @@
 form to create one), a schedule's page (its facts and latest ticks) and its actions (pause,
 resume, trigger now, backfill a past range, delete).
 
-Every change is :mod:`leasework.schedule_ops`' (the api calls the same functions, so the doors
+Every change is :mod:`leasework.schedules.operations`' (the api calls the same functions, so
+the doors
 cannot drift), done as the api's twin allows (``cancel``, see the route table in
 :mod:`.routes`) and, as every console action, asked twice: a GET (or, for the create form, a
 first POST) shows a confirmation page and changes nothing, then a POST does it and redirects
@@ -25,14 +26,15 @@ from zoneinfo import ZoneInfo
 import psycopg
 from quart import Response, g, redirect, request, url_for
 
-from leasework import operations, schedule_ops
+from leasework import operations
 from leasework.api.console import filters
 from leasework.api.console.errors import ConsoleError
 from leasework.api.context import ApiContext
 from leasework.app import App
 from leasework.errors import FieldError
 from leasework.jsonlimits import MalformedJSON, parse_json
-from leasework.schedule import DEFAULT_GRACE, NAME_PATTERN, CatchUp, Definition, Overlap
+from leasework.schedules import DEFAULT_GRACE, NAME_PATTERN, CatchUp, Definition, Overlap
+from leasework.schedules import operations as schedule_ops
 from leasework.store import schedules as store
 
 if TYPE_CHECKING:
@@ -83,9 +85,9 @@ NOTICES = {
 
 
 def create_body(form: Mapping[str, str]) -> tuple[dict[str, Any], list[FieldError]]:
-    """The create form as the api's body (:data:`~leasework.schedule_ops.CREATE_FIELDS`),
-    for :func:`~leasework.schedule_ops.definition_of` to check, and the errors of what cannot
-    even be read (a payload that is not JSON). A blank field is left out: a required one is
+    """The create form as the api's body (:data:`~leasework.schedules.operations.CREATE_FIELDS`),
+    for :func:`~leasework.schedules.operations.definition_of` to check, and the errors of what
+    cannot even be read (a payload that is not JSON). A blank field is left out: a required one is
     then named as missing, an optional one takes its default."""
     body: dict[str, Any] = {}
     errors: list[FieldError] = []

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaException
 
 from leasework import config
 from leasework.operations import Actor
-from leasework.queue_ops import (
+from leasework.queues.operations import (
     QueueError,
     QueueState,
     ensure_queues,

@@ -22,8 +22,8 @@ from psycopg.rows import dict_row, tuple_row
 
 from leasework.kafka import Properties, client_config
 from leasework.operations import Actor
-from leasework.priorities import LEVELS, band_topics
 from leasework.queues import HELD_UNTIL, PAUSE_LOCK, name_error
+from leasework.queues.priorities import LEVELS, band_topics
 from leasework.states import TERMINAL, Status
 from leasework.store import operators
 
@@ -130,7 +130,7 @@ class QueueState:
     oldest_waiting_seconds: float | None
     finished_5m: int
     created_at: datetime
-    # paused (leasework.queue_ops.set_paused): since when, by whom, and the jobs a claim
+    # paused (leasework.queues.operations.set_paused): since when, by whom, and the jobs a claim
     # found in it, held until the resume
     paused_at: datetime | None = None
     paused_by: str | None = None
@@ -139,7 +139,7 @@ class QueueState:
     # found over a concurrency limit (the queue's or their type's), held until a slot frees
     concurrency: int | None = None
     limited: int = 0
-    # the waiting jobs of each priority, from 0 (the highest) to 3 (leasework.priorities)
+    # the waiting jobs of each priority, from 0 (the highest) to 3 (leasework.queues.priorities)
     waiting_by_priority: tuple[int, ...] = tuple(0 for _ in LEVELS)
 
     @property

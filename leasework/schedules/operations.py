@@ -11,8 +11,8 @@ backfill whose every tick had fired). Every row names who asked and the door
 (``detail.via``); its target is ``schedule:NAME``.
 
 What a request may ask is checked here too, without I/O: :func:`definition_of` reads a create's
-body into a :class:`~leasework.schedule.Definition` (or names every field it cannot use, in
-:mod:`leasework.schedule`'s words), :func:`backfill_range` a backfill's bounds, and
+body into a :class:`~leasework.schedules.Definition` (or names every field it cannot use, in
+:mod:`leasework.schedules`'s words), :func:`backfill_range` a backfill's bounds, and
 :func:`backfill_ticks` refuses a range of more than :data:`MAX_BACKFILL` ticks before a
 single job is written.
 """
@@ -31,7 +31,7 @@ from leasework.app import App
 from leasework.errors import FieldError
 from leasework.jsonlimits import payload_errors, whole_numbers
 from leasework.operations import Actor
-from leasework.schedule import (
+from leasework.schedules import (
     DEFAULT_GRACE,
     NAME_PATTERN,
     CatchUp,
@@ -111,7 +111,7 @@ def definition_of(body: Any, app: App | None, now: datetime) -> Definition | lis
     """The schedule a create's body asks for, or every reason it cannot be one. The body is
     strict: the fields of :data:`CREATE_FIELDS` only (null taken as left out for the optional
     ones), ``type`` one ``app`` defines, ``payload`` valid for it, ``cron`` and ``timezone``
-    as :class:`~leasework.schedule.Cron` takes them, and a calendar with a tick after
+    as :class:`~leasework.schedules.Cron` takes them, and a calendar with a tick after
     ``now``."""
     if not isinstance(body, Mapping):
         return [FieldError("(body)", "must be a JSON object with name, type and cron")]
