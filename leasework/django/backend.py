@@ -44,7 +44,8 @@ from leasework.enqueue import enqueue
 from leasework.errors import AppLoadError
 from leasework.states import TERMINAL, Status
 
-RESULT_SQL = """SELECT j.type, j.payload, j.status, j.result, j.created_at, j.started_at,
+RESULT_SQL = """SELECT j.type, j.payload::text AS payload, j.status, j.result::text AS result,
+       j.created_at, j.started_at,
        j.finished_at, a.workers, a.errors, a.last_started
   FROM jobs j
   LEFT JOIN LATERAL (
@@ -81,9 +82,8 @@ class TaskBackend(BaseTaskBackend):
         name = task.module_path
         if (found := self.app.get(name)) is not None:
             return found
-
         policy = {**self.defaults, **self.policies.get(name, {})}
-        is_async = _is_async(task.func)
+        is_async = inspect.iscoroutinefunction(task.func)
         job_type = JobType(
             name,
             run_async_task if is_async else run_task,
@@ -164,13 +164,9 @@ class TaskBackend(BaseTaskBackend):
         return result
 
 
-def _json(value: Any) -> Any:
-    """A jsonb value as Django's cursor gives it (psycopg decodes it; psycopg2 may not)."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _is_async(func: Any) -> bool:
-    return inspect.iscoroutinefunction(func)
+def _json(text: str | None) -> Any:
+    """A jsonb value read as its text (whatever Django makes its driver decode jsonb as)."""
+    return None if text is None else json.loads(text)
 
 
 @contextmanager

@@ -20,7 +20,7 @@ FEATURE_ROOMS = (
     "leasework.store",
     "leasework.tokens",
 )
-FLAT_MODULES_AT_MOST = 45  # leasework/*.py today (54 before the first rooms), only ever lower
+FLAT_MODULES_AT_MOST = 44  # leasework/*.py today (54 before the first rooms), only ever lower
 # cycles known and not yet broken: each entry the sorted modules of one; remove it when mended
 KNOWN_CYCLES = [
     # the console's route table imports its pages; the pages name Console for their types

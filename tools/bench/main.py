@@ -109,9 +109,7 @@ ROWS = (
     "batch",
     "enqueue",
     "enqueue-one",
-    "enqueue-one-sqlalchemy",
-    "enqueue-one-asyncpg",
-    "enqueue-one-django",
+    *(door for door in doors.DOORS if door.startswith("enqueue-one-")),  # the other layers
     "proxied-single",
     "proxied-batch",
     "proxied-enqueue",
